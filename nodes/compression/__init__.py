@@ -1,0 +1,18 @@
+"""TT-Edge: tensor-train compression of models on the node, and compressed FL uplinks.
+
+Implements issue 5 (arXiv 2511.13738, Kwak et al.): TT-SVD (Oseledets 2011) with two SVD
+back-ends (LAPACK via ``torch.linalg.svd`` and a two-phase Householder + implicit-QR SVD
+written in torch), tensorization of Conv2d/Linear layers, TT layers for fine-tuning, a
+*modelled* cost model of the TTD engine, and an FL uplink codec.
+
+Modules (import them explicitly; this package imports nothing at import time):
+
+- ``nodes.compression.config``: ``CompressSpec`` (pydantic only).
+- ``nodes.compression.svd``: SVD back-ends and per-phase counters.
+- ``nodes.compression.tt``: TT-SVD, TT tensors, TT-matrix format.
+- ``nodes.compression.tensorize``: layer weight <-> tensor shapes.
+- ``nodes.compression.layers``: compress any ``nn.Module`` into TT layers.
+- ``nodes.compression.cost_model``: MODELLED engine time/energy.
+- ``nodes.compression.codec``: ``encode_update`` / ``decode_update`` for FL uplinks.
+- ``nodes.compression.experiment``: ``run_compress`` (the ``compress`` workload).
+"""

@@ -1,0 +1,137 @@
+"""TT codec for FL uplinks: a state dict (numpy) <-> a flat dict of numpy arrays.
+
+Pure functions on ``dict[str, numpy.ndarray]`` so the result fits a Flower ``ArrayRecord``.
+Floating arrays with >= 2 dims and >= ``min_numel`` entries are tensorized
+(:func:`nodes.compression.tensorize.plan_for`) and TT-SVD'd with relative error ``eps``
+(computed in float64, cores stored in the array's dtype); everything else, and any
+array whose TT form would not be smaller, passes through raw. Encoded keys::
+
+    "<key>@raw"                    the original array
+    "<key>@tt/shape"               int64, original shape
+    "<key>@tt/pre" "@tt/perm" "@tt/tensor"   int64, the tensorization plan
+    "<key>@tt/dtype"               uint8, ASCII of numpy dtype.str (e.g. "<f4")
+    "<key>@tt/core<k>"             core k, shape (r_{k-1}, n_k, r_k)
+
+The suffix after the last ``@`` names the part, so keys may themselves contain ``@``.
+Compress model updates (deltas) or weights: the codec does not care.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from nodes.compression.tensorize import TensorPlan, plan_for
+from nodes.compression.tt import tt_svd, tt_to_full
+
+RAW = "raw"
+TT = "tt/"
+
+
+def _ints(values: tuple[int, ...]) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
+
+
+def encode_update(
+    arrays: dict[str, np.ndarray],
+    eps: float,
+    max_rank: int | None = None,
+    min_numel: int = 1024,
+) -> dict[str, np.ndarray]:
+    """TT-encode a state dict.
+
+    Parameters
+    ----------
+    arrays : dict[str, numpy.ndarray]
+        Parameter name -> array (any shapes/dtypes).
+    eps : float
+        Relative Frobenius error bound per compressed array, > 0 (holds when
+        ``max_rank`` is None, up to float rounding of the stored cores).
+    max_rank : int, optional
+        Cap on TT ranks (the error bound may then not hold).
+    min_numel : int
+        Arrays with fewer entries pass through raw.
+
+    Returns
+    -------
+    dict[str, numpy.ndarray]
+        Flat encoded dict (see module docstring).
+    """
+    if not eps > 0:
+        raise ValueError(f"eps must be > 0, got {eps}")
+    if max_rank is not None and max_rank < 1:
+        raise ValueError(f"max_rank must be >= 1 or None, got {max_rank}")
+    out: dict[str, np.ndarray] = {}
+    for key, arr in arrays.items():
+        arr = np.asarray(arr)
+        if arr.ndim < 2 or arr.size < min_numel or not np.issubdtype(arr.dtype, np.floating):
+            out[f"{key}@{RAW}"] = arr
+            continue
+        plan = plan_for(arr.shape)
+        if len(plan.tensor_shape) < 2:
+            out[f"{key}@{RAW}"] = arr
+            continue
+        w = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float64))
+        tt = tt_svd(plan.to_tensor(w), eps, max_rank)
+        if tt.num_params >= arr.size:
+            out[f"{key}@{RAW}"] = arr
+            continue
+        out[f"{key}@{TT}shape"] = _ints(arr.shape)
+        out[f"{key}@{TT}pre"] = _ints(plan.pre_shape)
+        out[f"{key}@{TT}perm"] = _ints(plan.perm)
+        out[f"{key}@{TT}tensor"] = _ints(plan.tensor_shape)
+        out[f"{key}@{TT}dtype"] = np.frombuffer(arr.dtype.str.encode("ascii"), dtype=np.uint8)
+        for k, core in enumerate(tt.cores):
+            out[f"{key}@{TT}core{k}"] = core.numpy().astype(arr.dtype)
+    return out
+
+
+def decode_update(encoded: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Inverse of :func:`encode_update`: original keys, shapes and dtypes.
+
+    Parameters
+    ----------
+    encoded : dict[str, numpy.ndarray]
+        Output of :func:`encode_update`.
+
+    Returns
+    -------
+    dict[str, numpy.ndarray]
+        Key order follows the first appearance of each key in ``encoded``.
+
+    Raises
+    ------
+    ValueError
+        A key without a known part suffix, or a TT entry with missing parts.
+    """
+    groups: dict[str, dict[str, np.ndarray]] = {}
+    for name, arr in encoded.items():
+        key, sep, part = name.rpartition("@")
+        if not sep or not (part == RAW or part.startswith(TT)):
+            raise ValueError(f"encoded key {name!r} has no '@raw' or '@tt/...' suffix")
+        groups.setdefault(key, {})[part] = arr
+    out: dict[str, np.ndarray] = {}
+    for key, parts in groups.items():
+        if RAW in parts:
+            out[key] = parts[RAW]
+            continue
+        needed = [f"{TT}{p}" for p in ("shape", "pre", "perm", "tensor", "dtype", "core0")]
+        missing = [p for p in needed if p not in parts]
+        if missing:
+            raise ValueError(f"encoded entry {key!r} lacks parts {missing}")
+        ncores = sum(1 for p in parts if p.startswith(f"{TT}core"))
+        cores = [torch.from_numpy(np.asarray(parts[f"{TT}core{k}"], dtype=np.float64))
+                 for k in range(ncores)]
+        shape = tuple(int(x) for x in parts[f"{TT}shape"])
+        plan = TensorPlan(
+            "codec", shape, tuple(int(x) for x in parts[f"{TT}pre"]),
+            tuple(int(x) for x in parts[f"{TT}perm"]), tuple(int(x) for x in parts[f"{TT}tensor"]),
+        )
+        dtype = np.dtype(bytes(np.asarray(parts[f"{TT}dtype"], dtype=np.uint8)).decode("ascii"))
+        out[key] = plan.from_tensor(tt_to_full(cores)).numpy().astype(dtype)
+    return out
+
+
+def encoded_nbytes(encoded: dict[str, np.ndarray]) -> int:
+    """Payload bytes of an encoded dict (sum of array ``nbytes``, metadata included)."""
+    return int(sum(np.asarray(a).nbytes for a in encoded.values()))

@@ -1,0 +1,61 @@
+"""FL uplink codec round trips."""
+
+import numpy as np
+import pytest
+
+from nodes.compression.codec import decode_update, encode_update, encoded_nbytes
+
+
+def state(seed=0):
+    rng = np.random.default_rng(seed)
+    low = (rng.standard_normal((64, 4)) @ rng.standard_normal((4, 288))).reshape(64, 32, 3, 3)
+    return {
+        "conv.weight": (low + 0.01 * rng.standard_normal(low.shape)).astype(np.float32),
+        "fc.weight": rng.standard_normal((128, 256)).astype(np.float32),
+        "fc.bias": rng.standard_normal(128).astype(np.float32),
+        "bn.num_batches_tracked": np.array(7, dtype=np.int64),
+        "odd@name": rng.standard_normal((40, 50)).astype(np.float64),
+        "tiny": rng.standard_normal((3, 3)).astype(np.float32),
+    }
+
+
+@pytest.mark.parametrize("eps", [0.05, 0.3])
+def test_round_trip_within_eps(eps):
+    arrays = state()
+    enc = encode_update(arrays, eps=eps, max_rank=None, min_numel=256)
+    assert all(isinstance(v, np.ndarray) for v in enc.values())
+    dec = decode_update(enc)
+    assert list(dec) == list(arrays)
+    compressed = {k.rpartition("@")[0] for k in enc if "@tt/" in k}
+    assert "conv.weight" in compressed
+    for k, a in arrays.items():
+        assert dec[k].shape == a.shape and dec[k].dtype == a.dtype
+        if k in compressed:
+            err = np.linalg.norm(dec[k] - a) / np.linalg.norm(a)
+            assert err <= eps * (1 + 1e-4), (k, err)
+        else:
+            assert np.array_equal(dec[k], a)
+    for k in ("fc.bias", "bn.num_batches_tracked", "tiny"):
+        assert f"{k}@raw" in enc
+    assert encoded_nbytes(enc) < sum(a.nbytes for a in arrays.values())
+
+
+def test_low_rank_conv_shrinks_a_lot():
+    arrays = {"w": state()["conv.weight"]}
+    enc = encode_update(arrays, eps=0.05, min_numel=16)
+    assert encoded_nbytes(enc) * 3 < arrays["w"].nbytes
+
+
+def test_max_rank_and_errors():
+    arrays = state()
+    enc = encode_update(arrays, eps=0.01, max_rank=2, min_numel=256)
+    for k, v in enc.items():
+        if "@tt/core" in k:
+            assert v.shape[0] <= 2 and v.shape[2] <= 2
+    with pytest.raises(ValueError, match="eps"):
+        encode_update(arrays, eps=0.0)
+    with pytest.raises(ValueError, match="suffix"):
+        decode_update({"plain": np.zeros(2)})
+    broken = {k: v for k, v in enc.items() if not k.endswith("@tt/perm")}
+    with pytest.raises(ValueError, match="lacks"):
+        decode_update(broken)

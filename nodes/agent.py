@@ -1,0 +1,122 @@
+"""Node agent: what runs ON a node, for every backend (local process or container).
+
+``testbed node superlink ...`` and ``testbed node supernode ...`` call these functions.
+A node learns its role and identity from its command line only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+FLOWER_ENV = {
+    "FLWR_TELEMETRY_ENABLED": "0",
+    "FLWR_DISABLE_UPDATE_CHECK": "1",
+    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+}
+
+
+def flower_bin(name: str) -> str:
+    """Path of a Flower console script, preferring the running interpreter's env."""
+    cand = Path(sys.executable).parent / name
+    return str(cand) if cand.exists() else (shutil.which(name) or name)
+
+
+def node_config_arg(config: dict[str, object]) -> str:
+    """Format a SuperNode ``--node-config`` string (strings quoted, TOML style)."""
+    parts = []
+    for k, v in config.items():
+        parts.append(f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}")
+    return " ".join(parts)
+
+
+def superlink_command(port: int, host: str = "127.0.0.1", database: str | None = None) -> list:
+    """Command line of a real ``flower-superlink`` serving all APIs on ``host:port``."""
+    cmd = [flower_bin("flower-superlink"), "--insecure", "--host", host, "--port", str(port),
+           "--disable-runtime-dependency-installation"]
+    if database:
+        cmd += ["--database", database]
+    return cmd
+
+
+def supernode_command(superlink: str, port: int, node_config: dict[str, object],
+                      warm: bool = True) -> list:
+    """Command line of a real ``flower-supernode``.
+
+    ``warm`` selects ``--isolation process`` (the agent's warm executor runs tasks)
+    instead of Flower's default cold ``subprocess`` isolation.
+    """
+    return [flower_bin("flower-supernode"), "--insecure", "--superlink", superlink,
+            "--port", str(port), "--node-config", node_config_arg(node_config),
+            "--isolation", "process" if warm else "subprocess"]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(FLOWER_ENV)
+    bindir = str(Path(sys.executable).parent)  # Flower spawns its helpers by name
+    if bindir not in env.get("PATH", "").split(os.pathsep):
+        env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def _forward_signals(child: subprocess.Popen, on_stop=None) -> None:
+    def handler(signum, _frame):
+        if on_stop:
+            on_stop()
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def run_superlink(port: int, host: str = "127.0.0.1", database: str | None = None) -> int:
+    """Run a SuperLink in the foreground until it exits; return its exit code."""
+    child = subprocess.Popen(superlink_command(port, host, database), env=_env())
+    _forward_signals(child)
+    return child.wait()
+
+
+def _prewarm() -> None:
+    import nodes.fl.client_app  # noqa: F401  (torch, flwr, sklearn)
+    import nodes.fl.task  # noqa: F401
+
+
+def run_supernode(superlink: str, port: int, node_config: dict[str, object],
+                  warm: bool = True) -> int:
+    """Run a SuperNode plus (when ``warm``) its warm executor; return the exit code.
+
+    The SuperNode is a child process; the warm executor runs in this process and
+    polls the SuperNode's Runtime API on ``127.0.0.1:port``. Stopping this process
+    (SIGTERM/SIGINT) stops both.
+    """
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    child = subprocess.Popen(supernode_command(superlink, port, node_config, warm), env=_env())
+    if not warm:
+        _forward_signals(child)
+        return child.wait()
+    os.environ.update(FLOWER_ENV)
+    from nodes.fl.warm_executor import WarmExecutor
+
+    # Warm up while the SuperNode connects: the ClientApp's imports happen once, here.
+    threading.Thread(target=_prewarm, daemon=True).start()
+
+    executor = WarmExecutor(f"127.0.0.1:{port}")
+    _forward_signals(child, executor.stop)
+
+    def watch() -> None:
+        child.wait()
+        executor.stop()
+
+    threading.Thread(target=watch, daemon=True).start()
+    executor.serve()
+    if child.poll() is None:
+        child.terminate()
+    return child.wait()

@@ -1,0 +1,1 @@
+"""Datasets and partitioners, registered by name (no heavy imports here)."""

@@ -1,0 +1,188 @@
+"""Built-in datasets, registered by name.
+
+Every loader returns a :class:`Dataset` of numpy arrays; nothing here downloads at run
+time. ``digits`` ships with scikit-learn, ``synthetic`` is generated (LEAF's
+Synthetic(alpha, beta)), ``npz`` and ``imagefolder`` read local files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A labelled dataset held in memory.
+
+    Attributes
+    ----------
+    x : numpy.ndarray
+        Features, shape ``(n, C, H, W)`` for images or ``(n, d)`` for vectors, float32.
+    y : numpy.ndarray
+        Integer labels, shape ``(n,)``, int64.
+    num_classes : int
+        Number of classes.
+    groups : numpy.ndarray or None
+        Natural per-sample writer/device id (LEAF style), shape ``(n,)``, if any.
+    """
+
+    x: np.ndarray
+    y: np.ndarray
+    num_classes: int
+    groups: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+    def subset(self, idx: np.ndarray) -> Dataset:
+        """Return the samples at ``idx`` (a new dataset)."""
+        g = None if self.groups is None else self.groups[idx]
+        return Dataset(self.x[idx], self.y[idx], self.num_classes, g)
+
+
+DatasetLoader = Callable[..., Dataset]
+DATASETS: dict[str, DatasetLoader] = {}
+
+
+def register_dataset(name: str) -> Callable[[DatasetLoader], DatasetLoader]:
+    """Register a dataset loader under ``name``."""
+
+    def deco(fn: DatasetLoader) -> DatasetLoader:
+        DATASETS[name] = fn
+        return fn
+
+    return deco
+
+
+@register_dataset("digits")
+def load_digits(**_: object) -> Dataset:
+    """scikit-learn's 8x8 handwritten digits (1,797 images, 10 classes), scaled to [0, 1]."""
+    from sklearn.datasets import load_digits as _load
+
+    d = _load()
+    x = (d.images.astype(np.float32) / 16.0)[:, None, :, :]
+    return Dataset(x, d.target.astype(np.int64), 10)
+
+
+@register_dataset("synthetic")
+def load_synthetic(
+    num_samples: int = 3000,
+    num_features: int = 60,
+    num_classes: int = 10,
+    num_writers: int = 30,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    seed: int = 0,
+    **_: object,
+) -> Dataset:
+    """LEAF's Synthetic(alpha, beta) (Caldas et al. 2018; Shamir et al.).
+
+    Each writer k has its own softmax model ``W_k ~ N(u_k, 1)``, ``u_k ~ N(0, alpha)``
+    and feature mean ``v_k ~ N(B_k, 1)``, ``B_k ~ N(0, beta)``; features
+    ``x ~ N(v_k, diag(j^-1.2))``, labels ``argmax softmax(W_k x + b_k)``.
+    """
+    rng = np.random.default_rng(seed)
+    cov = np.array([(j + 1) ** -1.2 for j in range(num_features)])
+    sizes = rng.multinomial(num_samples, np.ones(num_writers) / num_writers)
+    xs, ys, gs = [], [], []
+    for k, n in enumerate(sizes):
+        u = rng.normal(0, np.sqrt(alpha))
+        b_mean = rng.normal(0, np.sqrt(beta))
+        w = rng.normal(u, 1.0, (num_features, num_classes))
+        b = rng.normal(u, 1.0, num_classes)
+        v = rng.normal(b_mean, 1.0, num_features)
+        x = rng.normal(v, np.sqrt(cov), (n, num_features))
+        ys.append(np.argmax(x @ w + b, axis=1))
+        xs.append(x)
+        gs.append(np.full(n, k))
+    x = np.concatenate(xs).astype(np.float32)
+    x = (x - x.mean(0)) / (x.std(0) + 1e-6)
+    return Dataset(x, np.concatenate(ys).astype(np.int64), num_classes, np.concatenate(gs))
+
+
+@register_dataset("npz")
+def load_npz(path: str | None = None, **_: object) -> Dataset:
+    """A local ``.npz`` with arrays ``x`` (features) and ``y`` (integer labels).
+
+    Images may be ``(n, H, W)``, ``(n, H, W, C)`` (uint8 or float) or ``(n, C, H, W)``.
+    """
+    if not path:
+        raise ValueError("dataset 'npz' needs dataset.path (a .npz file with 'x' and 'y')")
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ValueError(f"dataset.path: no such file: {p}")
+    with np.load(p) as f:
+        if "x" not in f or "y" not in f:
+            raise ValueError(f"dataset.path: {p} must hold arrays 'x' and 'y', has {list(f)}")
+        x, y = f["x"], f["y"]
+    return Dataset(_to_nchw(x), y.astype(np.int64).reshape(-1), int(y.max()) + 1)
+
+
+@register_dataset("imagefolder")
+def load_imagefolder(path: str | None = None, image_size: int = 32, **_: object) -> Dataset:
+    """A folder with one sub-folder per class holding images (PNG/JPEG), resized square."""
+    from PIL import Image
+
+    if not path:
+        raise ValueError("dataset 'imagefolder' needs dataset.path (a folder of class folders)")
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise ValueError(f"dataset.path: no such folder: {root}")
+    classes = sorted(d.name for d in root.iterdir() if d.is_dir())
+    if not classes:
+        raise ValueError(f"dataset.path: {root} has no class sub-folders")
+    xs, ys = [], []
+    for label, cls in enumerate(classes):
+        for f in sorted((root / cls).iterdir()):
+            if f.suffix.lower() not in {".png", ".jpg", ".jpeg", ".bmp"}:
+                continue
+            img = Image.open(f).convert("RGB").resize((image_size, image_size))
+            xs.append(np.asarray(img, dtype=np.uint8))
+            ys.append(label)
+    if not xs:
+        raise ValueError(f"dataset.path: no images under {root}")
+    return Dataset(_to_nchw(np.stack(xs)), np.array(ys, dtype=np.int64), len(classes))
+
+
+@register_dataset("cifar10")
+def load_cifar10(path: str | None = None, **_: object) -> Dataset:
+    """CIFAR-10 from local python-pickle batches (``data_batch_*``, ``test_batch``)."""
+    import pickle
+
+    if not path:
+        raise ValueError("dataset 'cifar10' needs dataset.path (cifar-10-batches-py folder)")
+    root = Path(path).expanduser()
+    files = sorted(root.glob("data_batch_*")) + sorted(root.glob("test_batch"))
+    if not files:
+        raise ValueError(f"dataset.path: no data_batch_*/test_batch files in {root}")
+    xs, ys = [], []
+    for f in files:
+        with open(f, "rb") as fh:
+            d = pickle.load(fh, encoding="bytes")
+        xs.append(np.asarray(d[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+        ys.append(np.asarray(d[b"labels"], dtype=np.int64))
+    return Dataset(np.concatenate(xs).astype(np.float32) / 255.0, np.concatenate(ys), 10)
+
+
+def _to_nchw(x: np.ndarray) -> np.ndarray:
+    """Images to float32 ``(n, C, H, W)`` in [0, 1]; vectors pass through as float32."""
+    scale = 255.0 if x.dtype == np.uint8 else 1.0
+    x = x.astype(np.float32) / scale
+    if x.ndim == 3:
+        return x[:, None]
+    if x.ndim == 4 and x.shape[-1] in (1, 3) and x.shape[1] not in (1, 3):
+        return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+    return x
+
+
+@lru_cache(maxsize=8)
+def load_dataset(name: str, params: tuple[tuple[str, object], ...] = ()) -> Dataset:
+    """Load (and cache per process) the dataset ``name`` with keyword ``params``."""
+    if name not in DATASETS:
+        raise ValueError(f"dataset.name: unknown {name!r}; choose one of {sorted(DATASETS)}")
+    return DATASETS[name](**dict(params))

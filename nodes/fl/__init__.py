@@ -1,0 +1,1 @@
+"""Flower app of the testbed: ServerApp, ClientApp, warm executor (imports nothing heavy)."""

@@ -1,0 +1,64 @@
+"""Flower ClientApp of the testbed (Message API).
+
+Node identity comes from the SuperNode's node config (``partition-id``,
+``num-partitions``, ``node-name``); experiment settings from the run config
+(``fl-spec`` JSON, ``seed``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from nodes.fl import task
+
+app = ClientApp()
+
+
+def _setup(msg: Message, context: Context):
+    import torch
+
+    torch.set_num_threads(1)
+    spec = task.parse_spec(str(context.run_config["fl-spec"]))
+    seed = int(context.run_config["seed"])
+    pid = int(context.node_config["partition-id"])
+    n = int(context.node_config["num-partitions"])
+    splits = task.get_splits(spec, seed, n)
+    model = task.make_model(spec, splits)
+    model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    return spec, seed, pid, splits, model
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    """Optionally evaluate the received global model (piggyback), then train locally."""
+    spec, seed, pid, splits, model = _setup(msg, context)
+    server_round = int(msg.content["config"]["server-round"])
+    metrics: dict[str, float] = {"partition-id": pid}
+    if spec.evaluation.federated == "piggyback" and server_round > 1:
+        loss, acc = task.evaluate(model, splits.silo_test[pid])
+        metrics.update({"eval-loss": loss, "eval-acc": acc, "eval-round": server_round - 1})
+        metrics["eval-examples"] = len(splits.silo_test[pid])
+    t0 = time.perf_counter()
+    train_loss = task.train(model, splits.silo_train[pid], spec, seed * 1000 + server_round)
+    metrics["train-duration-s"] = time.perf_counter() - t0
+    metrics["train-loss"] = train_loss
+    metrics["num-examples"] = len(splits.silo_train[pid])
+    content = RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": MetricRecord(metrics)})
+    return Message(content=content, reply_to=msg)
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    """Evaluate the received global model on this silo's local test split."""
+    _spec, _seed, pid, splits, model = _setup(msg, context)
+    loss, acc = task.evaluate(model, splits.silo_test[pid])
+    metrics = {
+        "partition-id": pid,
+        "eval-loss": loss,
+        "eval-acc": acc,
+        "num-examples": len(splits.silo_test[pid]),
+    }
+    return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)

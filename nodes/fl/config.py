@@ -1,0 +1,165 @@
+"""Typed settings of the FL workload (``workload.fl`` in an experiment YAML).
+
+Only pydantic and the name registries are imported here, so validation stays fast.
+The ServerApp receives these settings as JSON in the run config and re-validates them.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from nodes.data.datasets import DATASETS
+from nodes.data.partition import PARTITIONERS
+from nodes.models import MODELS
+
+# Strategy name -> class name in flwr.serverapp.strategy (imported lazily when used).
+STRATEGIES: dict[str, str] = {
+    "fedavg": "FedAvg",
+    "fedprox": "FedProx",
+    "fedadam": "FedAdam",
+    "fedadagrad": "FedAdagrad",
+    "fedyogi": "FedYogi",
+    "fedavgm": "FedAvgM",
+    "fedmedian": "FedMedian",
+    "fedtrimmedavg": "FedTrimmedAvg",
+    "krum": "Krum",
+    "multikrum": "MultiKrum",
+    "bulyan": "Bulyan",
+    "qfedavg": "QFedAvg",
+}
+
+
+class Frozen(BaseModel):
+    """Base for spec models: immutable, unknown keys are errors."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class DatasetSpec(Frozen):
+    """Which data the silos hold."""
+
+    name: str = "digits"
+    path: str | None = None
+    test_fraction: float = Field(0.2, gt=0, lt=1, description="held out by the server")
+    local_test_fraction: float = Field(0.2, gt=0, lt=1, description="per-silo test split")
+    num_samples: int = Field(3000, gt=0, description="synthetic only")
+    num_features: int = Field(60, gt=0, description="synthetic only")
+    num_classes: int = Field(10, ge=2, description="synthetic only")
+    image_size: int = Field(32, gt=0, description="imagefolder only, pixels")
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in DATASETS:
+            raise ValueError(f"unknown dataset {v!r}; choose one of {sorted(DATASETS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _path_needed(self) -> DatasetSpec:
+        if self.name in {"npz", "imagefolder", "cifar10"} and not self.path:
+            raise ValueError(f"dataset {self.name!r} needs 'path'")
+        return self
+
+    def loader_params(self, seed: int) -> tuple[tuple[str, object], ...]:
+        """Keyword arguments of the registered loader, hashable (for caching)."""
+        if self.name == "synthetic":
+            p = {
+                "num_samples": self.num_samples,
+                "num_features": self.num_features,
+                "num_classes": self.num_classes,
+                "seed": seed,
+            }
+        else:
+            p = {"path": self.path, "image_size": self.image_size}
+        return tuple(sorted(p.items()))
+
+
+class PartitionerSpec(Frozen):
+    """How the data is split among silos."""
+
+    name: str = "iid"
+    alpha: float = Field(0.5, gt=0, description="dirichlet / quantity-skew concentration")
+    classes_per_silo: int = Field(2, ge=1, description="k-classes only")
+    min_partition_size: int = Field(10, ge=1)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in PARTITIONERS:
+            raise ValueError(f"unknown partitioner {v!r}; choose one of {sorted(PARTITIONERS)}")
+        return v
+
+
+class ModelSpec(Frozen):
+    """Task model."""
+
+    name: str = "cnn"
+    width: int = Field(16, gt=0)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in MODELS:
+            raise ValueError(f"unknown model {v!r}; choose one of {sorted(MODELS)}")
+        return v
+
+
+class StrategySpec(Frozen):
+    """A Flower strategy from ``flwr.serverapp.strategy`` by name, with its parameters."""
+
+    name: str = "fedavg"
+    params: dict[str, float | int | str | bool] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in STRATEGIES:
+            raise ValueError(f"unknown strategy {v!r}; choose one of {sorted(STRATEGIES)}")
+        return v
+
+    @model_validator(mode="after")
+    def _params_exist(self) -> StrategySpec:
+        if not self.params:
+            return self
+        import flwr.serverapp.strategy as fs  # only when params must be checked
+
+        sig = inspect.signature(getattr(fs, STRATEGIES[self.name]).__init__)
+        bad = sorted(set(self.params) - set(sig.parameters) - {"self"})
+        if bad:
+            allowed = sorted(p for p in sig.parameters if p != "self")
+            raise ValueError(f"unknown parameter(s) {bad} for {self.name}; allowed: {allowed}")
+        return self
+
+
+class EvaluationSpec(Frozen):
+    """Where and how the global model is evaluated each round.
+
+    ``federated``: ``piggyback`` evaluates the received global model on each silo's
+    local test split at the start of the next train message (one message per round,
+    plus one final evaluate message); ``separate`` uses Flower's own evaluate round;
+    ``none`` skips it. ``centralized`` evaluates on the server's held-out test set.
+    """
+
+    federated: Literal["piggyback", "separate", "none"] = "piggyback"
+    centralized: bool = True
+
+
+class FLSpec(Frozen):
+    """The federated-learning workload."""
+
+    dataset: DatasetSpec = DatasetSpec()
+    partitioner: PartitionerSpec = PartitionerSpec()
+    model: ModelSpec = ModelSpec()
+    strategy: StrategySpec = StrategySpec()
+    rounds: int = Field(5, ge=1)
+    local_epochs: int = Field(1, ge=1)
+    batch_size: int = Field(32, ge=1)
+    lr: float = Field(0.05, gt=0)
+    momentum: float = Field(0.9, ge=0, lt=1)
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    evaluation: EvaluationSpec = EvaluationSpec()
+    round_timeout_s: float = Field(600.0, gt=0)
+    min_participants: int = Field(1, ge=1)

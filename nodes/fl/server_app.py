@@ -1,0 +1,68 @@
+"""Flower ServerApp of the testbed (Message API, ``flwr.serverapp.strategy``).
+
+Run config keys (all set by the testbed, defaults in ``nodes/fl/app/pyproject.toml``):
+``fl-spec`` (FLSpec as JSON), ``seed``, ``node-names`` (JSON list, index = partition
+id), ``telemetry-path`` (JSONL file, empty for none), ``artifact-dir``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
+from flwr.serverapp import Grid, ServerApp
+
+from nodes.fl import task
+from nodes.fl.config import STRATEGIES
+from nodes.fl.recording import recording
+from nodes.fl.telemetry import Telemetry
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Run ``rounds`` rounds of the configured strategy and record everything."""
+    import flwr.serverapp.strategy as fs
+    import torch
+
+    torch.set_num_threads(1)
+    rc = context.run_config
+    spec = task.parse_spec(str(rc["fl-spec"]))
+    seed = int(rc["seed"])
+    names: list[str] = json.loads(str(rc["node-names"]))
+    tel = Telemetry(str(rc.get("telemetry-path", "")) or None)
+    n = len(names)
+    splits = task.get_splits(spec, seed, n)
+    torch.manual_seed(seed)
+    model = task.make_model(spec, splits)
+
+    cls = recording(getattr(fs, STRATEGIES[spec.strategy.name]))
+    params = {"min_available_nodes": n, "min_train_nodes": min(spec.min_participants, n),
+              "min_evaluate_nodes": min(spec.min_participants, n)}
+    params.update(spec.strategy.params)
+    strategy = cls(**params)
+    strategy._setup_recording(tel, names, spec.rounds, spec.evaluation.federated)
+
+    def centralized(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        model.load_state_dict(arrays.to_torch_state_dict())
+        loss, acc = task.evaluate(model, splits.server_test)
+        tel.metric("global_acc", acc, server_round)
+        tel.metric("global_loss", loss, server_round)
+        return MetricRecord({"accuracy": acc, "loss": loss})
+
+    tel.event("run_start", nodes=names, rounds=spec.rounds)
+    result = strategy.start(
+        grid=grid,
+        initial_arrays=ArrayRecord(model.state_dict()),
+        num_rounds=spec.rounds,
+        timeout=spec.round_timeout_s,
+        train_config=ConfigRecord({"lr": spec.lr}),
+        evaluate_fn=centralized if spec.evaluation.centralized else None,
+    )
+    out = str(rc.get("artifact-dir", ""))
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        torch.save(result.arrays.to_torch_state_dict(), Path(out) / "final_model.pt")
+    tel.event("run_end", rounds=spec.rounds)

@@ -1,0 +1,119 @@
+"""Data splits, training and evaluation shared by the ClientApp and the ServerApp."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from nodes.data.datasets import Dataset, load_dataset
+from nodes.data.partition import partition
+from nodes.fl.config import FLSpec
+
+
+@dataclass(frozen=True)
+class Splits:
+    """Server test set and each silo's local train/test split."""
+
+    server_test: Dataset
+    silo_train: tuple[Dataset, ...]
+    silo_test: tuple[Dataset, ...]
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.server_test.x.shape[1:])
+
+    @property
+    def num_classes(self) -> int:
+        return self.server_test.num_classes
+
+
+@lru_cache(maxsize=4)
+def _splits(spec_json: str, seed: int, num_partitions: int) -> Splits:
+    spec = FLSpec.model_validate_json(spec_json)
+    data = load_dataset(spec.dataset.name, spec.dataset.loader_params(seed))
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(len(data))
+    n_test = int(round(len(data) * spec.dataset.test_fraction))
+    server_test, pool = data.subset(perm[:n_test]), data.subset(perm[n_test:])
+    parts = partition(
+        spec.partitioner.name,
+        pool.y,
+        num_partitions,
+        seed,
+        alpha=spec.partitioner.alpha,
+        classes_per_silo=spec.partitioner.classes_per_silo,
+        min_partition_size=spec.partitioner.min_partition_size,
+    )
+    trains, tests = [], []
+    for p, idx in enumerate(parts):
+        local = np.random.default_rng([seed, p]).permutation(idx)
+        k = max(1, int(round(len(local) * spec.dataset.local_test_fraction)))
+        tests.append(pool.subset(local[:k]))
+        trains.append(pool.subset(local[k:]))
+    return Splits(server_test, tuple(trains), tuple(tests))
+
+
+def get_splits(spec: FLSpec, seed: int, num_partitions: int) -> Splits:
+    """Deterministic splits for ``seed`` (cached per process: warm nodes load once)."""
+    return _splits(spec.model_dump_json(), seed, num_partitions)
+
+
+@lru_cache(maxsize=4)
+def parse_spec(spec_json: str) -> FLSpec:
+    """Validate the run config's JSON settings once per process."""
+    return FLSpec.model_validate(json.loads(spec_json))
+
+
+def make_model(spec: FLSpec, splits: Splits):
+    """Build the task model for these data."""
+    from nodes.models import build_model
+
+    return build_model(spec.model.name, splits.input_shape, splits.num_classes, width=spec.model.width)
+
+
+def train(model, data: Dataset, spec: FLSpec, seed: int, lr: float | None = None) -> float:
+    """Train ``model`` in place for ``spec.local_epochs``; return the mean training loss."""
+    import torch
+
+    torch.manual_seed(seed)
+    x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
+    lr = spec.lr if lr is None else lr
+    if spec.optimizer == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=lr)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=spec.momentum)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    model.train()
+    total, count = 0.0, 0
+    for _ in range(spec.local_epochs):
+        perm = torch.randperm(len(y))
+        for i in range(0, len(y), spec.batch_size):
+            b = perm[i : i + spec.batch_size]
+            opt.zero_grad()
+            loss = loss_fn(model(x[b]), y[b])
+            loss.backward()
+            opt.step()
+            total += float(loss) * len(b)
+            count += len(b)
+    return total / max(count, 1)
+
+
+def evaluate(model, data: Dataset) -> tuple[float, float]:
+    """Return (mean cross-entropy loss, accuracy) of ``model`` on ``data``."""
+    import torch
+
+    model.eval()
+    with torch.no_grad():
+        logits = model(torch.from_numpy(data.x))
+        y = torch.from_numpy(data.y)
+        loss = float(torch.nn.functional.cross_entropy(logits, y))
+        acc = float((logits.argmax(1) == y).float().mean())
+    return loss, acc
+
+
+def array_nbytes(record) -> int:
+    """Serialized payload bytes of a Flower ``ArrayRecord`` (sum of its arrays' buffers)."""
+    return int(sum(len(a.data) for a in record.values()))

@@ -1,0 +1,66 @@
+"""Task models registered by name: ``cnn`` and ``mlp`` (torch imported lazily)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+MODELS: dict[str, Callable[..., Any]] = {}
+
+
+def register_model(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a model factory ``fn(input_shape, num_classes, **params) -> nn.Module``."""
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        MODELS[name] = fn
+        return fn
+
+    return deco
+
+
+@register_model("cnn")
+def cnn(input_shape: tuple[int, ...], num_classes: int, width: int = 16, **_: object) -> Any:
+    """Two 3x3 conv layers (width, 2*width), 2x2 max-pool, adaptive pool to 4x4, two FC.
+
+    ``input_shape`` is ``(C, H, W)``; about 45k parameters at width 16 on 8x8 digits.
+    """
+    from torch import nn
+
+    c = input_shape[0]
+    return nn.Sequential(
+        nn.Conv2d(c, width, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(width, 2 * width, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.AdaptiveAvgPool2d(4),
+        nn.Flatten(),
+        nn.Linear(2 * width * 16, 64),
+        nn.ReLU(),
+        nn.Linear(64, num_classes),
+    )
+
+
+@register_model("mlp")
+def mlp(input_shape: tuple[int, ...], num_classes: int, width: int = 64, **_: object) -> Any:
+    """Flatten, then two hidden layers of ``width`` with ReLU."""
+    import math
+
+    from torch import nn
+
+    d = math.prod(input_shape)
+    return nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(d, width),
+        nn.ReLU(),
+        nn.Linear(width, width),
+        nn.ReLU(),
+        nn.Linear(width, num_classes),
+    )
+
+
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, **params: object):
+    """Build registered model ``name``."""
+    if name not in MODELS:
+        raise ValueError(f"model.name: unknown {name!r}; choose one of {sorted(MODELS)}")
+    return MODELS[name](tuple(input_shape), num_classes, **params)

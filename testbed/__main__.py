@@ -1,0 +1,5 @@
+"""``python -m testbed`` is the ``testbed`` CLI."""
+
+from testbed.cli import main
+
+main()

@@ -1,0 +1,117 @@
+"""Local backend: every node a process on 127.0.0.1 (the embedded default).
+
+The server node runs a real ``flower-superlink``; every client node runs a real
+``flower-supernode`` with the node agent's warm executor, each through the same
+``testbed node`` entrypoint the Docker image uses. Ports are chosen free at run time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import tomli_w
+
+from nodes.agent import FLOWER_ENV, flower_bin
+from testbed.backends import register_backend
+from testbed.planner import Plan
+from testbed.procs import ProcGroup, free_port, wait_port
+
+APP_DIR = Path(__file__).resolve().parents[2] / "nodes" / "fl" / "app"
+
+
+def _env(flwr_home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(FLOWER_ENV)
+    env["FLWR_HOME"] = str(flwr_home)
+    env["PYTHONUNBUFFERED"] = "1"
+    bindir = str(Path(sys.executable).parent)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    return env
+
+
+@register_backend("local")
+class LocalBackend:
+    """Start the plan's nodes as local processes and submit the Flower app.
+
+    Parameters
+    ----------
+    plan : Plan
+        The resolved run.
+    run_dir : pathlib.Path
+        Artifact folder of the run (logs, per-node FLWR_HOME, run config).
+    warm : bool
+        Use the warm executor (default) or Flower's cold per-message subprocesses.
+    """
+
+    name = "local"
+
+    def __init__(self, plan: Plan, run_dir: Path, warm: bool = True) -> None:
+        self.plan = plan
+        self.run_dir = run_dir
+        self.warm = warm
+        self.procs = ProcGroup()
+        self.superlink_port: int | None = None
+        self.node_ports: dict[str, int] = {}
+
+    def _node_cmd(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "testbed", "node", *args]
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        """Start the SuperLink, then every SuperNode; return when all listen."""
+        server = self.plan.server
+        for _attempt in range(3):  # a port taken between choice and bind: pick again
+            port = free_port()
+            p = self.procs.start(server.name, self._node_cmd("superlink", "--port", str(port)),
+                                 self.run_dir / "logs" / f"{server.name}.log",
+                                 env=_env(self.run_dir / "nodes" / server.name))
+            try:
+                wait_port(port, timeout_s, p)
+                self.superlink_port = port
+                break
+            except RuntimeError:
+                self.procs.stop(server.name)
+        else:
+            raise RuntimeError("could not start the SuperLink (see logs)")
+        n = len(self.plan.clients)
+        started = []
+        for node in self.plan.clients:
+            port = free_port()
+            cmd = self._node_cmd(
+                "supernode", "--superlink", f"127.0.0.1:{self.superlink_port}",
+                "--port", str(port), "--node-config", json.dumps(node.node_config(n)),
+            ) + ([] if self.warm else ["--cold"])
+            p = self.procs.start(node.name, cmd, self.run_dir / "logs" / f"{node.name}.log",
+                                 env=_env(self.run_dir / "nodes" / node.name))
+            self.node_ports[node.name] = port
+            started.append((port, p))
+        for port, p in started:
+            wait_port(port, timeout_s, p)
+
+    def submit(self, run_config: dict[str, object]) -> subprocess.Popen:
+        """Submit the Flower app with ``flwr run --stream``; the process ends with the run."""
+        home = self.run_dir / "flwr_home"
+        home.mkdir(parents=True, exist_ok=True)
+        conf = {"superlink": {"default": "fleet",
+                              "fleet": {"address": f"127.0.0.1:{self.superlink_port}",
+                                        "insecure": True}}}
+        (home / "config.toml").write_text(tomli_w.dumps(conf))
+        rc = self.run_dir / "run_config.toml"
+        rc.write_text(tomli_w.dumps(run_config))
+        cmd = [flower_bin("flwr"), "run", str(APP_DIR), "fleet", "--run-config", str(rc), "--stream"]
+        return self.procs.start("flwr-run", cmd, self.run_dir / "logs" / "flwr-run.log",
+                                env=_env(home))
+
+    def alive(self) -> dict[str, bool]:
+        return {name: p.poll() is None for name, p in self.procs.procs.items()}
+
+    def rss_mb(self) -> dict[str, float]:
+        """Resident memory per node (whole process tree), MB."""
+        return {n.name: self.procs.rss_mb(n.name) for n in self.plan.nodes
+                if n.name in self.procs.procs}
+
+    def stop(self) -> None:
+        self.procs.stop_all()

@@ -1,0 +1,194 @@
+"""The ``testbed`` command line: thin wrappers over library functions.
+
+User mistakes (bad spec, unknown run, bad option) print one clear message and exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="continuum-testbed: emulated edge-fog-cloud-space fleets running real FL.")
+node_app = typer.Typer(no_args_is_help=True, help="Node entrypoint (used by every backend).")
+app.add_typer(node_app, name="node")
+console = Console()
+err_console = Console(stderr=True)
+
+OutOpt = Annotated[Path, typer.Option("--out", help="run store folder")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override: key.path=value")]
+
+
+def _fail(msg: str) -> typer.Exit:
+    err_console.print(f"[red]error:[/] {msg}", highlight=False)
+    return typer.Exit(2)
+
+
+@app.command()
+def validate(file: Path, set_: SetOpt = None) -> None:
+    """Validate an experiment file; print every error with its path and line."""
+    from testbed.spec.loader import SpecError, expand, parse_set
+
+    try:
+        runs = expand(file, parse_set(set_ or []))
+    except SpecError as e:
+        raise _fail(str(e)) from None
+    exp = runs[0][1]
+    console.print(f"[green]ok[/] {file}: experiment {exp.name!r}, {len(runs)} configuration(s)"
+                  f" x {exp.repetitions} repetition(s)")
+
+
+@app.command()
+def run(
+    file: Path,
+    backend: Annotated[str, typer.Option(help="local (default)")] = "local",
+    out: OutOpt = Path("runs"),
+    set_: SetOpt = None,
+    cold: Annotated[bool, typer.Option(help="Flower's cold per-message ClientApp processes")] = False,
+) -> None:
+    """Run an experiment (every configuration of its sweep; finished ones are skipped)."""
+    from testbed.backends import get_backend
+    from testbed.console import ConsoleObserver
+    from testbed.runner import run_experiment, sweep_id_of, sweep_items
+    from testbed.spec.loader import SpecError, expand, parse_set
+    from testbed.store import RunStore
+
+    try:
+        items = sweep_items(expand(file, parse_set(set_ or [])))
+        get_backend(backend)
+    except (SpecError, ValueError) as e:
+        raise _fail(str(e)) from None
+    store = RunStore(out)
+    sweep = sweep_id_of(str(file), file.read_text() + json.dumps(set_ or [])) \
+        if len(items) > 1 else None
+    results = []
+    try:
+        for i, item in enumerate(items, 1):
+            label = f"[{i}/{len(items)}] " if len(items) > 1 else ""
+            if sweep and (done := store.completed_variant(sweep, item.variant)):
+                console.print(f"{label}skip (done: {done.run_id}) {item.assignment} seed={item.seed}")
+                continue
+            if label:
+                console.rule(f"{label}{item.assignment} seed={item.seed}")
+            res = run_experiment(item.experiment, store, seed=item.seed, backend=backend,
+                                 spec_path=str(file), sweep_id=sweep, variant=item.variant,
+                                 assignment=item.assignment,
+                                 observer=ConsoleObserver(console, label),
+                                 backend_options={} if not cold else {"warm": False})
+            results.append(res)
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted[/]: fleet stopped, run marked interrupted")
+        raise typer.Exit(130) from None
+    except Exception as e:  # a run failed: record kept, say so plainly
+        err_console.print(f"[red]run failed:[/] {type(e).__name__}: {e}")
+        raise typer.Exit(1) from None
+    if sweep:
+        console.print(f"sweep {sweep}: {len(results)} run(s) this time, store {store.path}")
+    if any(r.status != "completed" for r in results):
+        raise typer.Exit(1)
+
+
+@app.command("ls")
+def ls(out: OutOpt = Path("runs")) -> None:
+    """List recorded runs."""
+    from testbed.store import RunStore
+
+    store = RunStore(out)
+    store.mark_stale()
+    t = Table()
+    for col in ("run", "name", "status", "seed", "final acc", "wall s", "sweep"):
+        t.add_column(col)
+    for r in store.runs():
+        s = r.summary_dict
+        acc = s.get("final_global_acc")
+        t.add_row(r.run_id, r.name, r.status, str(r.seed),
+                  "-" if acc is None else f"{acc:.3f}",
+                  f"{s['wall_s']:.1f}" if "wall_s" in s else "-", r.sweep_id or "")
+    console.print(t)
+
+
+@app.command()
+def show(run_id: str, out: OutOpt = Path("runs")) -> None:
+    """Show one run: summary tables, node statuses, events."""
+    from testbed.console import print_summary
+    from testbed.runner import RunResult
+    from testbed.store import RunStore
+
+    store = RunStore(out)
+    try:
+        r = store.run(run_id)
+    except KeyError as e:
+        raise _fail(str(e.args[0])) from None
+    s = r.summary_dict
+    for key in ("global_acc", "federated_acc", "round_duration_s", "node_status"):
+        if key in s:
+            s[key] = {k: ({int(a): b for a, b in v.items()} if isinstance(v, dict) else v)
+                      for k, v in s[key].items()}
+            if key != "node_status":
+                s[key] = {int(k): v for k, v in s[key].items()}
+    print_summary(console, RunResult(r.run_id, r.status, Path(r.artifact_dir or ""),
+                                     s.get("wall_s", 0.0), s))
+    ev = store.events(r.run_id)
+    console.print(f"{len(ev)} events, {len(store.metrics(r.run_id))} metric rows")
+
+
+@app.command()
+def export(
+    run_id: str,
+    format: Annotated[str, typer.Option("--format", help="csv or parquet")] = "csv",
+    out: OutOpt = Path("runs"),
+    to: Annotated[Path | None, typer.Option("-o", help="output file")] = None,
+) -> None:
+    """Export a run's metrics (long format: round, node, name, value, ts)."""
+    from testbed.store import RunStore
+
+    if format not in ("csv", "parquet"):
+        raise _fail(f"--format: must be csv or parquet, got {format!r}")
+    store = RunStore(out)
+    try:
+        r = store.run(run_id)
+    except KeyError as e:
+        raise _fail(str(e.args[0])) from None
+    df = store.metrics_frame(r.run_id)
+    path = to or Path(r.artifact_dir or ".") / f"metrics.{format}"
+    df.to_csv(path, index=False) if format == "csv" else df.to_parquet(path, index=False)
+    console.print(f"{len(df)} rows -> {path}")
+
+
+@node_app.command("superlink")
+def node_superlink(
+    port: Annotated[int, typer.Option(help="port of all SuperLink APIs")] = 9092,
+    host: str = "127.0.0.1",
+    database: Annotated[str | None, typer.Option(help="SuperLink state file")] = None,
+) -> None:
+    """Run this node as the SuperLink (server) node."""
+    from nodes.agent import run_superlink
+
+    raise typer.Exit(run_superlink(port, host, database))
+
+
+@node_app.command("supernode")
+def node_supernode(
+    superlink: Annotated[str, typer.Option(help="SuperLink address host:port")],
+    port: Annotated[int, typer.Option(help="this SuperNode's Runtime API port")],
+    node_config: Annotated[str, typer.Option(help="node identity as JSON")],
+    cold: Annotated[bool, typer.Option(help="Flower's default cold subprocess isolation")] = False,
+) -> None:
+    """Run this node as a SuperNode (client) with the warm executor."""
+    from nodes.agent import run_supernode
+
+    try:
+        cfg = json.loads(node_config)
+    except json.JSONDecodeError as e:
+        raise _fail(f"--node-config: not JSON: {e}") from None
+    raise typer.Exit(run_supernode(superlink, port, cfg, warm=not cold))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

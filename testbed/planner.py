@@ -1,0 +1,69 @@
+"""Resolve an :class:`Experiment` into a :class:`Plan`: concrete nodes, links, workload."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from testbed.spec.catalog import DeviceProfile
+from testbed.spec.models import Experiment, FaultSpec, LinkSpec
+
+
+@dataclass(frozen=True)
+class PlannedNode:
+    """A concrete node: name, tier, role, resolved profile, partition id for clients."""
+
+    name: str
+    tier: str
+    role: str  # server | client | none
+    profile_name: str
+    profile: DeviceProfile
+    partition_id: int | None
+    uplink: LinkSpec
+
+    def node_config(self, num_partitions: int) -> dict[str, object]:
+        """Flower node config of a client node (its identity)."""
+        return {"partition-id": self.partition_id, "num-partitions": num_partitions,
+                "node-name": self.name, "tier": self.tier, "profile": self.profile_name}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a backend needs to realise one run."""
+
+    name: str
+    seed: int
+    nodes: tuple[PlannedNode, ...]
+    experiment: Experiment
+    faults: tuple[FaultSpec, ...] = field(default=())
+
+    @property
+    def server(self) -> PlannedNode:
+        return next(n for n in self.nodes if n.role == "server")
+
+    @property
+    def clients(self) -> tuple[PlannedNode, ...]:
+        return tuple(n for n in self.nodes if n.role == "client")
+
+    def client_names(self) -> list[str]:
+        """Client names ordered by partition id."""
+        return [n.name for n in sorted(self.clients, key=lambda n: n.partition_id or 0)]
+
+
+def make_plan(exp: Experiment, seed: int | None = None) -> Plan:
+    """Resolve nodes (replicas, profiles, roles, partition ids) and their uplinks."""
+    nodes: list[PlannedNode] = []
+    server_tier = "cloud"
+    if exp.fleet is not None:
+        server_tier = next((n.tier for n in exp.fleet.nodes if n.fl_role == "server"), "cloud")
+    pid = 0
+    for spec in exp.fleet.nodes if exp.fleet else []:
+        prof = exp.profile_of(spec)
+        pname = spec.profile if isinstance(spec.profile, str) else f"{spec.id}-inline"
+        for name in spec.names():
+            role = spec.fl_role
+            link = exp.links.nodes.get(name) or exp.links.nodes.get(spec.id) or \
+                exp.links.for_pair(spec.tier, server_tier)
+            nodes.append(PlannedNode(name, spec.tier, role, pname, prof,
+                                     pid if role == "client" else None, link))
+            pid += role == "client"
+    return Plan(exp.name, exp.seed if seed is None else seed, tuple(nodes), exp, tuple(exp.faults))

@@ -1,0 +1,116 @@
+"""Child processes that leave nothing behind: own process group, tree-wide stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (the kernel picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout_s: float = 30.0, proc: subprocess.Popen | None = None) -> None:
+    """Wait until something listens on ``127.0.0.1:port``; raise if ``proc`` dies first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with code {proc.returncode} before port {port} opened")
+        with socket.socket() as s:
+            s.settimeout(0.2)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout_s:.0f} s")
+
+
+class ProcGroup:
+    """Start processes in their own session; stop them and all their descendants."""
+
+    def __init__(self) -> None:
+        self.procs: dict[str, subprocess.Popen] = {}
+        self._known: dict[str, set[int]] = {}
+
+    def start(self, name: str, cmd: list[str], log_path: Path, env: dict[str, str] | None = None,
+              cwd: str | None = None) -> subprocess.Popen:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                 start_new_session=True)
+        self.procs[name] = p
+        self._known[name] = {p.pid}
+        return p
+
+    def tree(self, name: str) -> list[psutil.Process]:
+        """The live process tree of ``name`` (remembered, so orphans are found too)."""
+        p = self.procs[name]
+        out = []
+        try:
+            root = psutil.Process(p.pid)
+            out = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            pass
+        self._known[name] |= {q.pid for q in out}
+        return out
+
+    def rss_mb(self, name: str) -> float:
+        """Resident memory of ``name``'s whole process tree, MB."""
+        total = 0
+        for q in self.tree(name):
+            try:
+                total += q.memory_info().rss
+            except psutil.NoSuchProcess:
+                pass
+        return total / 2**20
+
+    def stop(self, name: str, timeout_s: float = 5.0) -> None:
+        """SIGTERM the process group and every known descendant; SIGKILL stragglers."""
+        p = self.procs.get(name)
+        if p is None:
+            return
+        self.tree(name)
+        pids = set(self._known.get(name, set()))
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+        live = []
+        for pid in pids:
+            try:
+                q = psutil.Process(pid)
+                q.terminate()
+                live.append(q)
+            except psutil.NoSuchProcess:
+                pass
+        _gone, alive = psutil.wait_procs(live, timeout=timeout_s)
+        for q in alive:
+            try:
+                q.kill()
+            except psutil.NoSuchProcess:
+                pass
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        psutil.wait_procs(alive, timeout=2)
+        try:
+            p.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def stop_all(self) -> None:
+        for name in reversed(list(self.procs)):
+            self.stop(name)
+
+    def all_pids(self) -> set[int]:
+        """Every PID this group ever saw (for leak checks)."""
+        return set().union(*self._known.values()) if self._known else set()

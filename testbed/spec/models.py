@@ -1,0 +1,192 @@
+"""Typed, frozen experiment models (pydantic v2). Unknown keys are errors everywhere.
+
+Units are in the names. Workload sections owned by the data plane (``fl``,
+``semantic_mux``, ``compress``) are defined beside the code that runs them and
+imported here.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from nodes.fl.config import FLSpec, Frozen
+from testbed.spec.catalog import CATALOG, DeviceProfile
+
+Tier = Literal["edge", "fog", "cloud", "space"]
+TIERS: tuple[str, ...] = ("edge", "fog", "cloud", "space")
+NODE_ID = re.compile(r"^[a-z][a-z0-9-]*$")
+
+
+class LinkSpec(Frozen):
+    """Properties of an emulated link (each direction)."""
+
+    bandwidth_mbps: float | None = Field(None, gt=0, description="None = unlimited")
+    latency_ms: float = Field(0.0, ge=0)
+    jitter_ms: float = Field(0.0, ge=0)
+    loss_pct: float = Field(0.0, ge=0, le=100)
+
+
+class LinksSpec(Frozen):
+    """Links: defaults per tier pair (``edge-cloud``, order-free) and overrides per node."""
+
+    mode: Literal["proxy", "netem", "none"] = "proxy"
+    defaults: dict[str, LinkSpec] = Field(default_factory=dict)
+    nodes: dict[str, LinkSpec] = Field(default_factory=dict)
+
+    @field_validator("defaults")
+    @classmethod
+    def _tier_pairs(cls, v: dict[str, LinkSpec]) -> dict[str, LinkSpec]:
+        for key in v:
+            parts = key.split("-")
+            if len(parts) != 2 or any(p not in TIERS for p in parts):
+                raise ValueError(f"link default {key!r} must be 'tierA-tierB' with tiers in {TIERS}")
+        return v
+
+    def for_pair(self, a: str, b: str) -> LinkSpec:
+        """Default link between tiers ``a`` and ``b`` (unlimited when not given)."""
+        return self.defaults.get(f"{a}-{b}") or self.defaults.get(f"{b}-{a}") or LinkSpec()
+
+
+class NodeSpec(Frozen):
+    """One node (or ``count`` replicas named ``id-1 .. id-count``)."""
+
+    id: str
+    tier: Tier
+    profile: str | DeviceProfile = "host"
+    count: int = Field(1, ge=1)
+    role: Literal["server", "client", "none"] | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if not NODE_ID.match(v):
+            raise ValueError("node id must be lowercase letters, digits and '-', starting with a letter")
+        return v
+
+    @property
+    def fl_role(self) -> str:
+        """``server`` for a cloud node unless set, else ``client``."""
+        return self.role or ("server" if self.tier == "cloud" else "client")
+
+    def names(self) -> list[str]:
+        """Concrete node names after replication."""
+        return [self.id] if self.count == 1 else [f"{self.id}-{i}" for i in range(1, self.count + 1)]
+
+
+class FleetSpec(Frozen):
+    """The nodes of the continuum."""
+
+    nodes: list[NodeSpec] = Field(min_length=1)
+
+
+FaultKind = Literal["crash", "outage", "partition", "straggler", "flapping", "misconfig",
+                    "superlink-restart"]
+
+
+class FaultSpec(Frozen):
+    """A scheduled fault (schema; the chaos engine applies it)."""
+
+    kind: FaultKind
+    node: str | None = None
+    tier: Tier | None = None
+    at_round: int | None = Field(None, ge=1)
+    at_time_s: float | None = Field(None, ge=0)
+    probability: float | None = Field(None, ge=0, le=1)
+    duration_s: float | None = Field(None, gt=0)
+    factor: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _trigger(self) -> FaultSpec:
+        if sum(x is not None for x in (self.at_round, self.at_time_s, self.probability)) != 1:
+            raise ValueError("a fault needs exactly one trigger: at_round, at_time_s or probability")
+        if self.kind != "superlink-restart" and self.node is None and self.tier is None:
+            raise ValueError("a fault needs a target: node or tier")
+        return self
+
+
+class SweepSpec(Frozen):
+    """A grid over dotted keys; every combination is one run (times repetitions)."""
+
+    grid: dict[str, list[object]] = Field(default_factory=dict)
+
+    @field_validator("grid")
+    @classmethod
+    def _non_empty(cls, v: dict[str, list[object]]) -> dict[str, list[object]]:
+        for k, vals in v.items():
+            if not vals:
+                raise ValueError(f"sweep key {k!r} has no values")
+        return v
+
+
+class WorkloadSpec(Frozen):
+    """What the fleet runs. Exactly one section is set."""
+
+    fl: FLSpec | None = None
+    semantic_mux: dict | None = None
+    compress: dict | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> WorkloadSpec:
+        if sum(x is not None for x in (self.fl, self.semantic_mux, self.compress)) != 1:
+            raise ValueError("workload needs exactly one of: fl, semantic_mux, compress")
+        return self
+
+
+class Experiment(Frozen):
+    """A whole experiment file."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    seed: int = 0
+    repetitions: int = Field(1, ge=1)
+    profiles: dict[str, DeviceProfile] = Field(default_factory=dict)
+    fleet: FleetSpec | None = None
+    links: LinksSpec = LinksSpec()
+    workload: WorkloadSpec
+    faults: list[FaultSpec] = Field(default_factory=list)
+    sweep: SweepSpec = SweepSpec()
+
+    @model_validator(mode="after")
+    def _references(self) -> Experiment:
+        errors: list[str] = []
+        if self.workload.fl is not None and self.fleet is None:
+            errors.append("fleet: required for an fl workload")
+        names: list[str] = []
+        if self.fleet is not None:
+            catalog = {**CATALOG, **self.profiles}
+            for i, n in enumerate(self.fleet.nodes):
+                if isinstance(n.profile, str) and n.profile not in catalog:
+                    errors.append(f"fleet.nodes.{i}.profile: unknown profile {n.profile!r}; "
+                                  f"choose one of {sorted(catalog)} or define it under profiles")
+                names += n.names()
+            dup = sorted({x for x in names if names.count(x) > 1})
+            if dup:
+                errors.append(f"fleet.nodes: duplicate node names {dup}")
+            if self.workload.fl is not None:
+                servers = [n.id for n in self.fleet.nodes if n.fl_role == "server"]
+                nservers = sum(n.count for n in self.fleet.nodes if n.fl_role == "server")
+                if nservers != 1:
+                    errors.append(f"fleet.nodes: an fl workload needs exactly one server node "
+                                  f"(a cloud node, or role: server); found {servers or 'none'}")
+                if not any(n.fl_role == "client" for n in self.fleet.nodes):
+                    errors.append("fleet.nodes: an fl workload needs at least one client node")
+        for key in self.links.nodes:
+            if key not in names:
+                errors.append(f"links.nodes.{key}: node {key!r} is not defined in fleet.nodes "
+                              f"(defined: {sorted(names)})")
+        for i, f in enumerate(self.faults):
+            if f.node is not None and f.node not in names:
+                errors.append(f"faults.{i}.node: node {f.node!r} is not defined in fleet.nodes "
+                              f"(defined: {sorted(names)})")
+        if errors:
+            raise ValueError("; ".join(errors))
+        return self
+
+    def profile_of(self, node: NodeSpec) -> DeviceProfile:
+        """Resolve a node's profile (inline, experiment-defined or built-in)."""
+        if isinstance(node.profile, DeviceProfile):
+            return node.profile
+        return {**CATALOG, **self.profiles}[node.profile]

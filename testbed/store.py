@@ -1,0 +1,240 @@
+"""Run store: SQLite (stdlib ``sqlite3``, WAL) under the output folder.
+
+Tables: ``runs`` (one row per run), ``events`` (timestamped, typed), ``metrics``
+(long format: run, round, node, name, value) and ``round_status`` (per (round, node):
+completed | failed | excluded | late, with reason). Rows are written as they happen;
+each write commits, so a killed run keeps everything it wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    sweep_id TEXT,
+    variant TEXT,
+    status TEXT NOT NULL,
+    backend TEXT,
+    seed INTEGER,
+    spec_path TEXT,
+    artifact_dir TEXT,
+    pid INTEGER,
+    created_at REAL NOT NULL,
+    finished_at REAL,
+    summary TEXT
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    ts REAL NOT NULL,
+    kind TEXT NOT NULL,
+    round INTEGER,
+    node TEXT,
+    data TEXT
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    ts REAL NOT NULL,
+    round INTEGER,
+    node TEXT,
+    name TEXT NOT NULL,
+    value REAL
+);
+CREATE TABLE IF NOT EXISTS round_status (
+    run_id TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    node TEXT NOT NULL,
+    status TEXT NOT NULL,
+    reason TEXT,
+    ts REAL NOT NULL,
+    PRIMARY KEY (run_id, round, node)
+);
+CREATE INDEX IF NOT EXISTS metrics_run ON metrics(run_id, name);
+CREATE INDEX IF NOT EXISTS events_run ON events(run_id, id);
+"""
+
+RUN_STATES = ("running", "completed", "failed", "interrupted")
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """A row of the ``runs`` table."""
+
+    run_id: str
+    name: str
+    sweep_id: str | None
+    variant: str | None
+    status: str
+    backend: str | None
+    seed: int | None
+    spec_path: str | None
+    artifact_dir: str | None
+    pid: int | None
+    created_at: float
+    finished_at: float | None
+    summary: str | None
+
+    @property
+    def summary_dict(self) -> dict[str, Any]:
+        return json.loads(self.summary) if self.summary else {}
+
+
+class RunStore:
+    """The SQLite run store at ``root / 'testbed.db'``; artifacts at ``root / run_id``.
+
+    Parameters
+    ----------
+    root : pathlib.Path
+        Output folder (default ``runs/``); created if missing.
+    """
+
+    def __init__(self, root: str | Path = "runs") -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.path = self.root / "testbed.db"
+        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None,
+                                   check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def artifact_dir(self, run_id: str) -> Path:
+        return self.root / run_id
+
+    # -- writes ---------------------------------------------------------------------
+    def create_run(self, run_id: str, name: str, *, seed: int, backend: str,
+                   spec_path: str | None = None, sweep_id: str | None = None,
+                   variant: str | None = None, pid: int | None = None) -> Path:
+        """Insert a ``running`` run and create its artifact folder."""
+        d = self.artifact_dir(run_id)
+        d.mkdir(parents=True, exist_ok=True)
+        self._db.execute(
+            "INSERT INTO runs (run_id, name, sweep_id, variant, status, backend, seed, spec_path,"
+            " artifact_dir, pid, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (run_id, name, sweep_id, variant, "running", backend, seed, spec_path, str(d), pid,
+             time.time()),
+        )
+        return d
+
+    def finish_run(self, run_id: str, status: str, summary: dict[str, Any] | None = None) -> None:
+        """Set the final status (and summary) of a run."""
+        if status not in RUN_STATES:
+            raise ValueError(f"status must be one of {RUN_STATES}, got {status!r}")
+        self._db.execute(
+            "UPDATE runs SET status=?, finished_at=?, summary=? WHERE run_id=?",
+            (status, time.time(), json.dumps(summary or {}, default=str), run_id),
+        )
+
+    def add_event(self, run_id: str, kind: str, *, round: int | None = None,
+                  node: str | None = None, ts: float | None = None, **data: Any) -> None:
+        self._db.execute(
+            "INSERT INTO events (run_id, ts, kind, round, node, data) VALUES (?,?,?,?,?,?)",
+            (run_id, ts or time.time(), kind, round, node, json.dumps(data, default=str)),
+        )
+
+    def add_metric(self, run_id: str, name: str, value: float, *, round: int | None = None,
+                   node: str | None = None, ts: float | None = None) -> None:
+        self._db.execute(
+            "INSERT INTO metrics (run_id, ts, round, node, name, value) VALUES (?,?,?,?,?,?)",
+            (run_id, ts or time.time(), round, node, name, float(value)),
+        )
+
+    def set_status(self, run_id: str, round: int, node: str, status: str, reason: str = "",
+                   ts: float | None = None) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO round_status (run_id, round, node, status, reason, ts)"
+            " VALUES (?,?,?,?,?,?)",
+            (run_id, round, node, status, reason, ts or time.time()),
+        )
+
+    def ingest(self, run_id: str, records: Iterable[dict[str, Any]]) -> int:
+        """Store node telemetry records (see ``nodes.fl.telemetry``); return the count."""
+        n = 0
+        self._db.execute("BEGIN")
+        try:
+            for r in records:
+                kind, ts = r.get("kind"), r.get("t")
+                if kind == "metric":
+                    self.add_metric(run_id, r["name"], r["value"], round=r.get("round"),
+                                    node=r.get("node"), ts=ts)
+                elif kind == "status":
+                    self.set_status(run_id, r["round"], r["node"], r["status"],
+                                    r.get("reason", ""), ts=ts)
+                elif kind == "event":
+                    self.add_event(run_id, r["name"], round=r.get("round"), node=r.get("node"),
+                                   ts=ts, **(r.get("data") or {}))
+                n += 1
+        finally:
+            self._db.execute("COMMIT")
+        return n
+
+    # -- reads ----------------------------------------------------------------------
+    def runs(self, sweep_id: str | None = None) -> list[RunRow]:
+        q = "SELECT * FROM runs" + (" WHERE sweep_id=?" if sweep_id else "")
+        rows = self._db.execute(q + " ORDER BY created_at", (sweep_id,) if sweep_id else ())
+        return [RunRow(*r) for r in rows]
+
+    def completed_variant(self, sweep_id: str, variant: str) -> RunRow | None:
+        """The completed run of ``variant`` in ``sweep_id``, if any (for resuming)."""
+        row = self._db.execute(
+            "SELECT * FROM runs WHERE sweep_id=? AND variant=? AND status='completed'",
+            (sweep_id, variant)).fetchone()
+        return RunRow(*row) if row else None
+
+    def run(self, run_id: str) -> RunRow:
+        """A run by id or unique id prefix."""
+        rows = self._db.execute("SELECT * FROM runs WHERE run_id LIKE ?", (run_id + "%",)).fetchall()
+        if len(rows) != 1:
+            raise KeyError(f"run {run_id!r}: {'no such run' if not rows else 'ambiguous prefix'}")
+        return RunRow(*rows[0])
+
+    def metrics(self, run_id: str, name: str | None = None) -> list[tuple]:
+        """Rows ``(round, node, name, value, ts)`` ordered by time."""
+        q = "SELECT round, node, name, value, ts FROM metrics WHERE run_id=?"
+        args: tuple = (run_id,)
+        if name:
+            q, args = q + " AND name=?", (run_id, name)
+        return self._db.execute(q + " ORDER BY id", args).fetchall()
+
+    def events(self, run_id: str, since_id: int = 0) -> list[tuple]:
+        """Rows ``(id, ts, kind, round, node, data)`` after ``since_id``."""
+        return self._db.execute(
+            "SELECT id, ts, kind, round, node, data FROM events WHERE run_id=? AND id>?"
+            " ORDER BY id", (run_id, since_id)).fetchall()
+
+    def round_status(self, run_id: str) -> list[tuple]:
+        """Rows ``(round, node, status, reason)``."""
+        return self._db.execute(
+            "SELECT round, node, status, reason FROM round_status WHERE run_id=?"
+            " ORDER BY round, node", (run_id,)).fetchall()
+
+    def metrics_frame(self, run_id: str):
+        """All metrics of a run as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.read_sql_query(
+            "SELECT round, node, name, value, ts FROM metrics WHERE run_id=? ORDER BY id",
+            self._db, params=(run_id,))
+
+    def mark_stale(self) -> list[str]:
+        """Mark ``running`` runs whose process is gone as ``interrupted``."""
+        import psutil
+
+        stale = [r.run_id for r in self.runs()
+                 if r.status == "running" and (r.pid is None or not psutil.pid_exists(r.pid))]
+        for rid in stale:
+            self.finish_run(rid, "interrupted", {"reason": "controller process gone"})
+        return stale

@@ -234,7 +234,7 @@ def main() -> None:
         print(md_table(rows, ["max_rank", "ours_s", "tensorly_numpy_s", "tensorly_torch_s",
                               "ratio_vs_tensorly_numpy", "ratio_vs_tensorly_torch",
                               "ours_err", "tensorly_numpy_err", "tensorly_torch_err"]))
-    rows = backends_per_size(trained, 16, max(3, args.repeats // 5))
+    rows = backends_per_size(trained, 16, max(5, args.repeats // 3))
     result["backends"] = rows
     print("\n## two_phase vs lapack TT-SVD per layer shape (max rank 16, trained weights)")
     print(md_table(rows, ["weight_shape", "lapack_s", "two_phase_s",

@@ -72,7 +72,7 @@ class CompressSpec(BaseModel):
     dataset: Literal["digits", "cifar10"] = "digits"
     cifar10_path: str | None = None
     model: str = "auto"
-    eps_list: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7)
+    eps_list: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9)
     max_rank: int | None = Field(default=None, ge=1)
     min_numel: int = Field(default=1024, ge=1)
     max_modes: int = Field(default=3, ge=1, le=8)

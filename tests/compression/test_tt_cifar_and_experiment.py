@@ -70,3 +70,19 @@ def test_run_compress_tiny(tmp_path):
     assert all(set(m) == {"name", "value", "step", "node", "tags"} for m in metrics)
     assert steps[0] == 0.0 and steps[-1] == 1.0
     assert torch.get_num_threads() >= 1
+
+
+def test_run_compress_resnet32_on_tiny_cifar(tmp_path):
+    data = tmp_path / "cifar"
+    data.mkdir()
+    write_batch(data / "data_batch_1", 24, 0)
+    write_batch(data / "test_batch", 16, 1)
+    spec = CompressSpec(dataset="cifar10", cifar10_path=str(data), eps_list=(0.8,),
+                        train_steps=2, finetune_steps=1, batch_size=8,
+                        model_engine_cost=False)
+    assert spec.resolved_model() == "resnet32"
+    summary = run_compress(spec, 0, tmp_path / "out")
+    row = summary["per_eps"][0]
+    assert row["layers_compressed"] == 30  # conv1 (432) and fc (640) are below min_numel
+    assert row["ratio"] > 1.0 and row["modelled_speedup_x"] is None
+    assert (tmp_path / "out" / "layers.csv").is_file()

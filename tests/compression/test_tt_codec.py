@@ -59,3 +59,16 @@ def test_max_rank_and_errors():
     broken = {k: v for k, v in enc.items() if not k.endswith("@tt/perm")}
     with pytest.raises(ValueError, match="lacks"):
         decode_update(broken)
+
+
+def test_fits_a_flower_array_record():
+    pytest.importorskip("flwr")
+    from flwr.app import Array, ArrayRecord
+
+    arrays = state()
+    enc = encode_update(arrays, eps=0.3, min_numel=256)
+    record = ArrayRecord({k: Array(v) for k, v in enc.items()})
+    dec = decode_update({k: v.numpy() for k, v in record.items()})
+    assert {k: (v.shape, v.dtype) for k, v in dec.items()} == {
+        k: (v.shape, v.dtype) for k, v in arrays.items()}
+    assert np.array_equal(dec["fc.bias"], arrays["fc.bias"])

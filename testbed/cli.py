@@ -160,6 +160,27 @@ def export(
     console.print(f"{len(df)} rows -> {path}")
 
 
+@app.command()
+def compose(
+    file: Path,
+    to: Annotated[Path, typer.Option("-o", help="output file")] = Path("docker-compose.yml"),
+    image: str = "continuum-testbed:latest",
+) -> None:
+    """Write a docker-compose file for an experiment's fleet (one container per node)."""
+    from testbed.backends.compose import render_compose
+    from testbed.planner import make_plan
+    from testbed.spec.loader import SpecError, load_spec
+
+    try:
+        exp = load_spec(file)
+    except SpecError as e:
+        raise _fail(str(e)) from None
+    if exp.workload.fl is None:
+        raise _fail("compose: only fl workloads run as a fleet of containers")
+    to.write_text(render_compose(make_plan(exp), str(file), image))
+    console.print(f"wrote {to}")
+
+
 @node_app.command("superlink")
 def node_superlink(
     port: Annotated[int, typer.Option(help="port of all SuperLink APIs")] = 9092,

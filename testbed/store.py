@@ -221,6 +221,10 @@ class RunStore:
             "SELECT round, node, status, reason FROM round_status WHERE run_id=?"
             " ORDER BY round, node", (run_id,)).fetchall()
 
+    def metric_names(self) -> set[str]:
+        """Names of all metrics recorded so far (any run)."""
+        return {r[0] for r in self._db.execute("SELECT DISTINCT name FROM metrics")}
+
     def metrics_frame(self, run_id: str):
         """All metrics of a run as a pandas DataFrame."""
         import pandas as pd

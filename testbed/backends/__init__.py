@@ -19,7 +19,7 @@ def register_backend(name: str):
 
 
 def get_backend(name: str) -> Callable[..., Any]:
-    from testbed.backends import local  # noqa: F401  (registers "local")
+    from testbed.backends import compose, local  # noqa: F401  (register themselves)
 
     if name not in BACKENDS:
         raise ValueError(f"--backend: unknown {name!r}; choose one of {sorted(BACKENDS)}")

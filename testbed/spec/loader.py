@@ -84,11 +84,11 @@ def _problems(err: ValidationError, lines: dict[Loc, int]) -> list[Problem]:
             inp = e["input"]
             if not isinstance(inp, dict | list):
                 msg += f" (got {inp!r})"
-        # model-level errors carry "path: message" parts (see Experiment._references)
-        for part in msg.split("; ") if e["type"] == "value_error" else [msg]:
+        # model-level errors carry "path: message" lines (see Experiment._references)
+        for part in msg.split("\n"):
             head, sep, tail = part.partition(": ")
             sub: Loc = loc
-            if sep and " " not in head and "." in head or head in {"fleet", "fleet.nodes"}:
+            if not loc and sep and " " not in head and head.split(".")[0] in Experiment.model_fields:
                 sub = loc + tuple(int(x) if x.isdigit() else x for x in head.split("."))
                 part = tail
             path, line = _resolve(sub, lines)

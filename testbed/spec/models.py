@@ -182,7 +182,7 @@ class Experiment(Frozen):
                 errors.append(f"faults.{i}.node: node {f.node!r} is not defined in fleet.nodes "
                               f"(defined: {sorted(names)})")
         if errors:
-            raise ValueError("; ".join(errors))
+            raise ValueError("\n".join(errors))  # one "path: message" per line
         return self
 
     def profile_of(self, node: NodeSpec) -> DeviceProfile:

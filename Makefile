@@ -1,0 +1,42 @@
+# continuum-testbed: `make run` and `make test` do their own set-up on a fresh clone.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: setup run test test-fast lint bench test-docker compose clean
+
+# torch first and pinned: `torch==2.13.0` takes the local CPU build; a looser pin would
+# pull several GB of CUDA wheels.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[all,dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup  ## the quickstart experiment on the local backend
+	$(BIN)/testbed run experiments/quickstart.yaml
+
+test: setup  ## the test suite (real Flower fleets on loopback; ~10 min on 2 cores)
+	$(BIN)/python -m pytest -q
+
+test-fast: setup  ## everything but the end-to-end fleets
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: setup
+	$(BIN)/ruff check .
+
+bench: setup  ## benchmarks that print ratios (not part of `make test`)
+	$(BIN)/python bench/overhead.py
+
+compose: setup  ## regenerate docker-compose.yml from the quickstart spec
+	$(BIN)/testbed compose experiments/quickstart.yaml -o docker-compose.yml
+
+test-docker: setup  ## real Docker engine end to end (root; installs docker.io if missing)
+	bash docker/e2e.sh
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,111 @@
+"""End to end on real Flower: a SuperLink and SuperNodes on loopback (no mocks).
+
+Each test checks that teardown leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.runner import run_experiment
+from testbed.spec.loader import parse_spec
+from testbed.store import RunStore
+from tests.conftest import processes_under
+
+pytestmark = pytest.mark.slow
+
+ACC_GAIN = 0.3  # named tolerance: global accuracy after 3 rounds beats round 0 by this much
+
+
+def fleet_yaml(clients: int = 3, rounds: int = 3, extra: str = "") -> str:
+    return f"""\
+name: e2e
+seed: 7
+fleet:
+  nodes:
+    - {{id: cloud, tier: cloud}}
+    - {{id: edge, tier: edge, profile: rpi5, count: {clients}}}
+workload:
+  fl:
+    rounds: {rounds}
+    local_epochs: 2
+{extra}"""
+
+
+def test_superlink_three_supernodes_three_rounds(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    res = run_experiment(parse_spec(fleet_yaml()), store, spec_path="inline")
+    assert res.status == "completed", res.summary
+    acc = {r: v for r, _n, _k, v, _t in store.metrics(res.run_id, "global_acc")}
+    assert sorted(acc) == [0, 1, 2, 3]
+    assert acc[3] > acc[0] + ACC_GAIN
+    nodes = {"edge-1", "edge-2", "edge-3"}
+    rows = {(r, n) for r, n, *_ in store.metrics(res.run_id, "train_loss")}
+    assert rows == {(r, n) for r in (1, 2, 3) for n in nodes}
+    for name in ("bytes_sent", "bytes_received", "train_duration_s", "eval_acc"):
+        assert {n for _r, n, *_ in store.metrics(res.run_id, name)} == nodes, name
+    assert {(r, n, s) for r, n, s, _ in store.round_status(res.run_id)} == \
+        {(r, n, "completed") for r in (1, 2, 3) for n in nodes}
+    spec = (res.artifact_dir / "spec.resolved.yaml").read_text()
+    assert "rounds: 3" in spec
+    meta = json.loads((res.artifact_dir / "meta.json").read_text())
+    assert meta["seed"] == 7 and meta["versions"]["flwr"].startswith("1.41")
+    assert (res.artifact_dir / "final_model.pt").stat().st_size > 1000
+    assert {n for _r, n, *_ in store.metrics(res.run_id, "peak_rss_mb")} >= nodes
+    assert processes_under(tmp_path) == []
+
+
+def test_teardown_on_error(tmp_path: Path) -> None:
+    extra = "    dataset: {name: npz, path: /nonexistent/data.npz}\n"
+    store = RunStore(tmp_path)
+    res = run_experiment(parse_spec(fleet_yaml(2, 2, extra)), store, spec_path="inline")
+    assert res.status == "failed"
+    assert store.run(res.run_id).status == "failed"
+    assert processes_under(tmp_path) == []
+
+
+def _cli(tmp_path: Path, spec: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "testbed", "run", str(spec), "--out",
+                             str(tmp_path / "runs")], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def test_teardown_on_ctrl_c(tmp_path: Path) -> None:
+    spec = tmp_path / "e.yaml"
+    spec.write_text(fleet_yaml(2, 20))
+    proc = _cli(tmp_path, spec)
+    db = tmp_path / "runs" / "testbed.db"
+    deadline = time.time() + 120
+    while time.time() < deadline:  # wait for the first completed round
+        if db.exists() and RunStore(tmp_path / "runs").metric_names() & {"train_loss"}:
+            break
+        time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("no round completed in time")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    store = RunStore(tmp_path / "runs")
+    [run] = store.runs()
+    assert run.status == "interrupted"
+    assert store.metrics(run.run_id, "train_loss")  # rounds done before Ctrl-C are kept
+    assert processes_under(tmp_path) == []
+
+
+def test_two_concurrent_runs_do_not_collide(tmp_path: Path) -> None:
+    spec = tmp_path / "e.yaml"
+    spec.write_text(fleet_yaml(2, 2))
+    procs = [_cli(tmp_path, spec) for _ in range(2)]
+    outs = [p.communicate(timeout=400)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    runs = RunStore(tmp_path / "runs").runs()
+    assert len({r.run_id for r in runs}) == 2 and all(r.status == "completed" for r in runs)
+    assert processes_under(tmp_path) == []

@@ -1,0 +1,106 @@
+"""Spec loading: good files load; each kind of bad file names the right path and line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed.spec.loader import SpecError, expand, load_spec, parse_set, parse_spec
+
+GOOD = """\
+name: ok
+seed: 3
+fleet:
+  nodes:
+    - {id: cloud, tier: cloud}
+    - {id: edge, tier: edge, profile: rpi5, count: 2}
+links:
+  defaults:
+    edge-cloud: {bandwidth_mbps: 10, latency_ms: 20}
+  nodes:
+    edge-2: {bandwidth_mbps: 1}
+workload:
+  fl: {rounds: 2}
+"""
+
+
+def problems(text: str) -> list[tuple[int, str, str]]:
+    with pytest.raises(SpecError) as e:
+        parse_spec(text, "x.yaml")
+    return [(p.line, p.path, p.message) for p in e.value.problems]
+
+
+def test_good_files_load(root: Path) -> None:
+    exp = parse_spec(GOOD)
+    assert exp.seed == 3 and exp.workload.fl.rounds == 2
+    assert exp.fleet.nodes[1].names() == ["edge-1", "edge-2"]
+    for f in ("quickstart.yaml", "reference.yaml"):
+        load_spec(root / "experiments" / f)
+
+
+def test_unknown_key_names_path_and_line() -> None:
+    text = GOOD.replace("    - {id: cloud, tier: cloud}", "    - {id: cloud, tier: cloud, colour: red}")
+    assert problems(text) == [(5, "fleet.nodes.0.colour", "unknown key")]
+
+
+def test_wrong_type() -> None:
+    [(line, path, msg)] = problems(GOOD.replace("seed: 3", "seed: three"))
+    assert (line, path) == (2, "seed") and "integer" in msg
+
+
+def test_negative_bandwidth() -> None:
+    [(line, path, msg)] = problems(GOOD.replace("bandwidth_mbps: 10", "bandwidth_mbps: -10"))
+    assert (line, path) == (9, "links.defaults.edge-cloud.bandwidth_mbps")
+    assert "greater than 0" in msg
+
+
+def test_node_referenced_but_not_defined() -> None:
+    [(line, path, msg)] = problems(GOOD.replace("    edge-2:", "    edge-9:"))
+    assert (line, path) == (11, "links.nodes.edge-9") and "not defined" in msg
+
+
+def test_empty_fleet() -> None:
+    text = GOOD.replace("    - {id: cloud, tier: cloud}\n    - {id: edge, tier: edge, profile: rpi5, count: 2}\n",
+                        "    []\n")
+    text = text.replace("  nodes:\n    []", "  nodes: []")
+    found = problems(text)
+    assert (4, "fleet.nodes") in [(line, path) for line, path, _ in found]
+
+
+def test_every_error_at_once() -> None:
+    text = GOOD.replace("seed: 3", "seed: x").replace("tier: edge,", "tier: mist,")
+    text = text.replace("    edge-2:", "    fog-1:")
+    paths = [p for _l, p, _m in problems(text)]
+    assert paths == ["seed", "fleet.nodes.1.tier", "links.nodes.fog-1"]
+
+
+def test_unknown_registered_names_list_choices() -> None:
+    [(line, path, msg)] = problems(GOOD.replace("fl: {rounds: 2}", "fl: {rounds: 2, model: {name: vit}}"))
+    assert path == "workload.fl.model.name" and "cnn" in msg and line == 13
+
+
+def test_set_overrides_and_sweep(tmp_path: Path) -> None:
+    exp = parse_spec(GOOD, overrides=parse_set(["workload.fl.rounds=7", "seed=9"]))
+    assert exp.workload.fl.rounds == 7 and exp.seed == 9
+    f = tmp_path / "s.yaml"
+    f.write_text(GOOD + "sweep:\n  grid:\n    workload.fl.partitioner.alpha: [0.1, 1.0]\n"
+                 "    workload.fl.partitioner.name: [dirichlet]\n")
+    runs = expand(f)
+    assert [a["workload.fl.partitioner.alpha"] for a, _ in runs] == [0.1, 1.0]
+    assert runs[0][1].workload.fl.partitioner.alpha == 0.1
+
+
+def test_cli_validate_exit_code_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(GOOD.replace("seed: 3", "seed: x"))
+    out = subprocess.run([sys.executable, "-m", "testbed", "validate", str(bad)],
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    assert f"{bad}:2: seed:" in out.stderr.replace("\n", " ") or "2: seed" in out.stderr
+    assert "Traceback" not in out.stderr
+    good = tmp_path / "good.yaml"
+    good.write_text(GOOD)
+    assert subprocess.run([sys.executable, "-m", "testbed", "validate", str(good)]).returncode == 0

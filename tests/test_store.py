@@ -1,0 +1,40 @@
+"""Run store: rows written as they happen survive; stale runs become interrupted."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from testbed.store import RunStore
+
+
+def test_store_roundtrip(tmp_path: Path) -> None:
+    s = RunStore(tmp_path)
+    d = s.create_run("r1", "demo", seed=1, backend="local")
+    assert d.is_dir()
+    s.ingest("r1", [
+        {"kind": "metric", "name": "train_loss", "value": 0.5, "round": 1, "node": "e1", "t": 1.0},
+        {"kind": "status", "round": 1, "node": "e1", "status": "completed", "t": 1.0},
+        {"kind": "event", "name": "round_end", "round": 1, "data": {"replies": 1}, "t": 1.0},
+    ])
+    s.finish_run("r1", "completed", {"final_global_acc": 0.9})
+    r = RunStore(tmp_path).run("r1")
+    assert r.status == "completed" and r.summary_dict["final_global_acc"] == 0.9
+    assert s.metrics("r1", "train_loss") == [(1, "e1", "train_loss", 0.5, 1.0)]
+    assert s.round_status("r1") == [(1, "e1", "completed", "")]
+    assert [e[2] for e in s.events("r1")] == ["round_end"]
+
+
+def test_killed_writer_keeps_rows_and_is_marked_interrupted(tmp_path: Path) -> None:
+    code = (
+        "import os, sys; from testbed.store import RunStore\n"
+        f"s = RunStore({str(tmp_path)!r})\n"
+        "s.create_run('r2', 'demo', seed=0, backend='local', pid=os.getpid())\n"
+        "for r in range(1, 4): s.add_metric('r2', 'global_acc', r / 10, round=r)\n"
+        "os._exit(9)\n"  # dies without finishing the run
+    )
+    subprocess.run([sys.executable, "-c", code], check=False)
+    s = RunStore(tmp_path)
+    assert [m[0] for m in s.metrics("r2", "global_acc")] == [1, 2, 3]
+    assert s.mark_stale() == ["r2"] and s.run("r2").status == "interrupted"

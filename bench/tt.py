@@ -9,10 +9,12 @@
 3. MODELLED GEMM-only vs engine time/energy for compressing ResNet-32, from FLOPs per
    phase counted by two_phase; the paper's 1.7x / 40.2 % shown as reference only.
 
-Weights: ResNet-32 trained ``--train-seconds`` on sklearn digits upsampled to 3x32x32
+Weights: ResNet-32 trained ``--train-steps`` on sklearn digits upsampled to 3x32x32
 (not CIFAR-10: none is downloaded), and its random (Kaiming) init for comparison.
 
-Run: ``nice -n 15 .venv/bin/python bench/tt.py [--repeats 15] [--train-seconds 30]``.
+Run: ``nice -n 15 .venv/bin/python bench/tt.py [--repeats 15] [--train-steps 150]``.
+Timings are wall clock with 1 torch/BLAS thread; the load average is printed beside them
+(the machine is shared: compare ratios from one run, not absolute seconds across runs).
 """
 
 from __future__ import annotations
@@ -47,8 +49,11 @@ from nodes.compression.tt import tt_svd  # noqa: E402
 RANKS = (4, 8, 16)
 
 
-def digits_resnet(seconds: float, seed: int) -> tuple[nn.Module, float]:
-    """ResNet-32 trained on digits upsampled to (3, 32, 32) for ``seconds``; test accuracy."""
+def digits_resnet(steps: int, seed: int) -> tuple[nn.Module, float]:
+    """ResNet-32 trained ``steps`` Adam steps (batch 32) on digits upsampled to (3, 32, 32).
+
+    Returns the model and its test accuracy.
+    """
     torch.manual_seed(seed)
     tr, te = load_digits_split(0.25, seed)
 
@@ -57,7 +62,7 @@ def digits_resnet(seconds: float, seed: int) -> tuple[nn.Module, float]:
 
     tr.x, te.x = up(tr.x), up(te.x)
     model = resnet32()
-    train_steps(model, tr, 10**6, 3e-3, 32, seed, max_seconds=seconds)
+    train_steps(model, tr, steps, 3e-3, 32, seed)
     model.eval()
     with torch.no_grad():
         acc = float((model(te.x).argmax(1) == te.y).float().mean())
@@ -212,20 +217,24 @@ def md_table(rows: list[dict], cols: list[str], fmt: str = "{:.4g}") -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--train-seconds", type=float, default=30.0)
+    ap.add_argument("--train-steps", type=int, default=150)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=str, default=None, help="write all rows as JSON here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    trained, acc = digits_resnet(args.train_seconds, args.seed)
+    t_train = time.perf_counter()
+    trained, acc = digits_resnet(args.train_steps, args.seed)
+    t_train = time.perf_counter() - t_train
     torch.manual_seed(args.seed)
     rand = resnet32()
     print(f"# TT-Edge bench (measured here, torch {torch.__version__}, threads={args.threads})")
-    print(f"ResNet-32 trained {args.train_seconds:.0f} s on digits upsampled to 3x32x32: "
-          f"test acc {acc:.3f}")
-    result: dict = {"train_seconds": args.train_seconds, "digits_resnet_acc": acc}
+    print(f"load average at start: {os.getloadavg()}")
+    print(f"ResNet-32 trained {args.train_steps} steps ({t_train:.0f} s) on digits upsampled "
+          f"to 3x32x32: test acc {acc:.3f}")
+    result: dict = {"train_steps": args.train_steps, "digits_resnet_acc": acc,
+                    "load_start": os.getloadavg()}
     for label, model in (("trained", trained), ("random-init", rand)):
         rows = vs_tensorly(weight_tensors(model), args.repeats)
         result[f"tensorly_{label}"] = rows
@@ -248,7 +257,9 @@ def main() -> None:
                           "speedup_x", "energy_saving_pct",
                           "baseline_diag_gflops_for_paper_1.7x"]))
     print(f"Paper reference (not our result): {PAPER_REFERENCE}")
-    print(f"\nbench wall time {time.perf_counter() - t0:.1f} s")
+    print(f"\nbench wall time {time.perf_counter() - t0:.1f} s; "
+          f"load average at end: {os.getloadavg()}")
+    result["load_end"] = os.getloadavg()
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2, default=float)

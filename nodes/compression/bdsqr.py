@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 EPS = 2.0**-52
 UNFL = 2.2250738585072014e-308
@@ -80,50 +81,61 @@ def _rot_rows(mat: torch.Tensor, i: int, c: float, s: float) -> None:
 BATCH_MIN_STEPS = 6
 
 
-def sweep_matrix(c: list[float], s: list[float], dtype: torch.dtype) -> torch.Tensor:
-    """Product of a forward rotation sequence as one matrix.
+def sweep_matrices(
+    c: list[list[float]], s: list[list[float]], dtype: torch.dtype
+) -> torch.Tensor:
+    """Products of forward rotation sequences, each as one matrix (batched).
 
-    Rotation i (i = 0..k-1) maps rows (i, i+1) to (c_i r_i + s_i r_{i+1},
-    c_i r_{i+1} - s_i r_i); applied in order i = 0, 1, ..., k-1.
+    In sequence b, rotation i (i = 0..k-1) maps rows (i, i+1) to
+    (c_i r_i + s_i r_{i+1}, c_i r_{i+1} - s_i r_i), applied in order i = 0, 1, ..., k-1.
 
     Parameters
     ----------
-    c, s : list[float]
-        Cosines and sines, length k.
+    c, s : list[list[float]]
+        Cosines and sines, B sequences of equal length k.
     dtype : torch.dtype
         Output dtype.
 
     Returns
     -------
     torch.Tensor
-        ``M``, shape (k+1, k+1), with ``rows_after = M @ rows_before``.
+        ``M``, shape (B, k+1, k+1), with ``rows_after = M[b] @ rows_before``.
     """
-    k = len(c)
     ct = torch.tensor(c, dtype=dtype)
     st = torch.tensor(s, dtype=dtype)
-    # N[j, l] = -s_l for l >= j else 1; cumprod gives prod_{l'=j}^{l} (-s_l').
-    n_mat = torch.where(
-        torch.arange(k)[None, :] >= torch.arange(k + 1)[:, None], -st[None, :], 1.0
-    ).to(dtype)
-    cp = torch.cat([torch.ones(k + 1, 1, dtype=dtype), torch.cumprod(n_mat, dim=1)], dim=1)
-    p_mat = torch.triu(cp)  # p_mat[j, i] = prod_{l=j}^{i-1} (-s_l), i >= j
-    cprev = torch.cat([torch.ones(1, dtype=dtype), ct])
-    a = (p_mat * cprev[:, None]).T  # t_i = sum_j a[i, j] r_j
-    cext = torch.cat([ct, torch.ones(1, dtype=dtype)])
-    m = a * cext[:, None]
+    k = ct.shape[1]
+    # n_mat[b, j, l] = -s_l for l >= j else 1; cumprod gives prod_{l'=j}^{l} (-s_l').
+    mask = torch.arange(k)[None, :] >= torch.arange(k + 1)[:, None]
+    n_mat = torch.where(mask, -st[:, None, :], torch.ones((), dtype=dtype))
+    cp = F.pad(torch.cumprod(n_mat, dim=2), (1, 0), value=1.0)
+    p_mat = torch.triu(cp)  # p_mat[b, j, i] = prod_{l=j}^{i-1} (-s_l), i >= j
+    cprev = F.pad(ct, (1, 0), value=1.0)
+    cext = F.pad(ct, (0, 1), value=1.0)
+    m = (p_mat * cprev[:, :, None]).transpose(1, 2) * cext[:, :, None]
     idx = torch.arange(k)
-    m[idx, idx + 1] += st
+    m[:, idx, idx + 1] += st
     return m
 
 
-def _apply_sweep(mat: torch.Tensor, lo: int, c: list[float], s: list[float]) -> None:
-    """Apply a forward rotation sequence starting at row ``lo`` to ``mat`` in place."""
-    if len(c) < BATCH_MIN_STEPS:
-        for j, (cj, sj) in enumerate(zip(c, s, strict=True)):
-            _rot_rows(mat, lo + j, cj, sj)
+def sweep_matrix(c: list[float], s: list[float], dtype: torch.dtype) -> torch.Tensor:
+    """One rotation sequence as a (k+1, k+1) matrix; see :func:`sweep_matrices`."""
+    return sweep_matrices([c], [s], dtype)[0]
+
+
+def _apply_sweeps(
+    vt: torch.Tensor, ut: torch.Tensor, lo: int,
+    rc: list[float], rs: list[float], lc: list[float], ls: list[float],
+) -> None:
+    """Apply a sweep's right rotations to ``vt`` and left rotations to ``ut`` from row lo."""
+    k = len(rc)
+    if k < BATCH_MIN_STEPS:
+        for j in range(k):
+            _rot_rows(vt, lo + j, rc[j], rs[j])
+            _rot_rows(ut, lo + j, lc[j], ls[j])
         return
-    hi = lo + len(c)
-    mat[lo : hi + 1] = sweep_matrix(c, s, mat.dtype) @ mat[lo : hi + 1]
+    m = sweep_matrices([rc, lc], [rs, ls], vt.dtype)
+    vt[lo : lo + k + 1] = m[0] @ vt[lo : lo + k + 1]
+    ut[lo : lo + k + 1] = m[1] @ ut[lo : lo + k + 1]
 
 
 def bdsqr(
@@ -267,8 +279,7 @@ def bdsqr(
                 lc.append(cosl)
                 ls.append(sinl)
             e[hi - 1] = f
-        _apply_sweep(vt, lo, rc, rs)
-        _apply_sweep(ut, lo, lc, ls)
+        _apply_sweeps(vt, ut, lo, rc, rs, lc, ls)
         if abs(e[hi - 1]) <= thresh:
             e[hi - 1] = 0.0
     for i in range(n):

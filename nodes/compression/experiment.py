@@ -67,7 +67,7 @@ def load_data(spec: CompressSpec, seed: int) -> tuple[Split, Split]:
 def _budget(spec: CompressSpec) -> tuple[int, float, int]:
     """(train_steps, train_max_seconds, finetune_steps), shrunk when ``quick``."""
     if spec.quick:
-        return min(spec.train_steps, 300), min(spec.train_max_seconds, 8.0), min(
+        return min(spec.train_steps, 300), min(spec.train_max_seconds, 30.0), min(
             spec.finetune_steps, 30)
     return spec.train_steps, spec.train_max_seconds, spec.finetune_steps
 

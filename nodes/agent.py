@@ -38,23 +38,40 @@ def node_config_arg(config: dict[str, object]) -> str:
 
 def superlink_command(port: int, host: str = "127.0.0.1", database: str | None = None) -> list:
     """Command line of a real ``flower-superlink`` serving all APIs on ``host:port``."""
-    cmd = [flower_bin("flower-superlink"), "--insecure", "--host", host, "--port", str(port),
-           "--disable-runtime-dependency-installation"]
+    cmd = [
+        flower_bin("flower-superlink"),
+        "--insecure",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--disable-runtime-dependency-installation",
+    ]
     if database:
         cmd += ["--database", database]
     return cmd
 
 
-def supernode_command(superlink: str, port: int, node_config: dict[str, object],
-                      warm: bool = True) -> list:
+def supernode_command(
+    superlink: str, port: int, node_config: dict[str, object], warm: bool = True
+) -> list:
     """Command line of a real ``flower-supernode``.
 
     ``warm`` selects ``--isolation process`` (the agent's warm executor runs tasks)
     instead of Flower's default cold ``subprocess`` isolation.
     """
-    return [flower_bin("flower-supernode"), "--insecure", "--superlink", superlink,
-            "--port", str(port), "--node-config", node_config_arg(node_config),
-            "--isolation", "process" if warm else "subprocess"]
+    return [
+        flower_bin("flower-supernode"),
+        "--insecure",
+        "--superlink",
+        superlink,
+        "--port",
+        str(port),
+        "--node-config",
+        node_config_arg(node_config),
+        "--isolation",
+        "process" if warm else "subprocess",
+    ]
 
 
 def _env() -> dict[str, str]:
@@ -89,8 +106,9 @@ def _prewarm() -> None:
     import nodes.fl.task  # noqa: F401
 
 
-def run_supernode(superlink: str, port: int, node_config: dict[str, object],
-                  warm: bool = True) -> int:
+def run_supernode(
+    superlink: str, port: int, node_config: dict[str, object], warm: bool = True
+) -> int:
     """Run a SuperNode plus (when ``warm``) its warm executor; return the exit code.
 
     The SuperNode is a child process; the warm executor runs in this process and

@@ -13,8 +13,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="continuum-testbed: emulated edge-fog-cloud-space fleets running real FL.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="continuum-testbed: emulated edge-fog-cloud-space fleets running real FL.",
+)
 node_app = typer.Typer(no_args_is_help=True, help="Node entrypoint (used by every backend).")
 app.add_typer(node_app, name="node")
 console = Console()
@@ -39,8 +42,10 @@ def validate(file: Path, set_: SetOpt = None) -> None:
     except SpecError as e:
         raise _fail(str(e)) from None
     exp = runs[0][1]
-    console.print(f"[green]ok[/] {file}: experiment {exp.name!r}, {len(runs)} configuration(s)"
-                  f" x {exp.repetitions} repetition(s)")
+    console.print(
+        f"[green]ok[/] {file}: experiment {exp.name!r}, {len(runs)} configuration(s)"
+        f" x {exp.repetitions} repetition(s)"
+    )
 
 
 @app.command()
@@ -49,7 +54,9 @@ def run(
     backend: Annotated[str, typer.Option(help="local (default)")] = "local",
     out: OutOpt = Path("runs"),
     set_: SetOpt = None,
-    cold: Annotated[bool, typer.Option(help="Flower's cold per-message ClientApp processes")] = False,
+    cold: Annotated[
+        bool, typer.Option(help="Flower's cold per-message ClientApp processes")
+    ] = False,
 ) -> None:
     """Run an experiment (every configuration of its sweep; finished ones are skipped)."""
     from testbed.backends import get_backend
@@ -64,22 +71,34 @@ def run(
     except (SpecError, ValueError) as e:
         raise _fail(str(e)) from None
     store = RunStore(out)
-    sweep = sweep_id_of(str(file), file.read_text() + json.dumps(set_ or [])) \
-        if len(items) > 1 else None
+    sweep = (
+        sweep_id_of(str(file), file.read_text() + json.dumps(set_ or []))
+        if len(items) > 1
+        else None
+    )
     results = []
     try:
         for i, item in enumerate(items, 1):
             label = f"[{i}/{len(items)}] " if len(items) > 1 else ""
             if sweep and (done := store.completed_variant(sweep, item.variant)):
-                console.print(f"{label}skip (done: {done.run_id}) {item.assignment} seed={item.seed}")
+                console.print(
+                    f"{label}skip (done: {done.run_id}) {item.assignment} seed={item.seed}"
+                )
                 continue
             if label:
                 console.rule(f"{label}{item.assignment} seed={item.seed}")
-            res = run_experiment(item.experiment, store, seed=item.seed, backend=backend,
-                                 spec_path=str(file), sweep_id=sweep, variant=item.variant,
-                                 assignment=item.assignment,
-                                 observer=ConsoleObserver(console, label),
-                                 backend_options={} if not cold else {"warm": False})
+            res = run_experiment(
+                item.experiment,
+                store,
+                seed=item.seed,
+                backend=backend,
+                spec_path=str(file),
+                sweep_id=sweep,
+                variant=item.variant,
+                assignment=item.assignment,
+                observer=ConsoleObserver(console, label),
+                backend_options={} if not cold else {"warm": False},
+            )
             results.append(res)
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]: fleet stopped, run marked interrupted")
@@ -106,9 +125,15 @@ def ls(out: OutOpt = Path("runs")) -> None:
     for r in store.runs():
         s = r.summary_dict
         acc = s.get("final_global_acc")
-        t.add_row(r.run_id, r.name, r.status, str(r.seed),
-                  "-" if acc is None else f"{acc:.3f}",
-                  f"{s['wall_s']:.1f}" if "wall_s" in s else "-", r.sweep_id or "")
+        t.add_row(
+            r.run_id,
+            r.name,
+            r.status,
+            str(r.seed),
+            "-" if acc is None else f"{acc:.3f}",
+            f"{s['wall_s']:.1f}" if "wall_s" in s else "-",
+            r.sweep_id or "",
+        )
     console.print(t)
 
 
@@ -127,12 +152,15 @@ def show(run_id: str, out: OutOpt = Path("runs")) -> None:
     s = r.summary_dict
     for key in ("global_acc", "federated_acc", "round_duration_s", "node_status"):
         if key in s:
-            s[key] = {k: ({int(a): b for a, b in v.items()} if isinstance(v, dict) else v)
-                      for k, v in s[key].items()}
+            s[key] = {
+                k: ({int(a): b for a, b in v.items()} if isinstance(v, dict) else v)
+                for k, v in s[key].items()
+            }
             if key != "node_status":
                 s[key] = {int(k): v for k, v in s[key].items()}
-    print_summary(console, RunResult(r.run_id, r.status, Path(r.artifact_dir or ""),
-                                     s.get("wall_s", 0.0), s))
+    print_summary(
+        console, RunResult(r.run_id, r.status, Path(r.artifact_dir or ""), s.get("wall_s", 0.0), s)
+    )
     ev = store.events(r.run_id)
     console.print(f"{len(ev)} events, {len(store.metrics(r.run_id))} metric rows")
 

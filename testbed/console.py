@@ -12,8 +12,14 @@ from rich.table import Table
 from testbed.planner import Plan
 from testbed.runner import RunResult
 
-STATE_STYLE = {"completed": "green", "failed": "red", "late": "yellow", "excluded": "dim",
-               "waiting": "cyan", "training": "cyan"}
+STATE_STYLE = {
+    "completed": "green",
+    "failed": "red",
+    "late": "yellow",
+    "excluded": "dim",
+    "waiting": "cyan",
+    "training": "cyan",
+}
 
 
 class ConsoleObserver:
@@ -22,9 +28,14 @@ class ConsoleObserver:
     def __init__(self, console: Console | None = None, label: str = "") -> None:
         self.console = console or Console()
         self.label = label
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                 MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                                 TimeElapsedColumn(), console=self.console)
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            console=self.console,
+        )
         self.task = None
         self.live: Live | None = None
         self.nodes: dict[str, dict[str, Any]] = {}
@@ -36,8 +47,15 @@ class ConsoleObserver:
             t.add_column(col)
         for name, s in self.nodes.items():
             st = s.get("state", "waiting")
-            t.add_row(name, s["tier"], s["profile"], f"[{STATE_STYLE.get(st, '')}]{st}",
-                      str(s.get("round", "-")), _f(s.get("train_loss")), _f(s.get("eval_acc")))
+            t.add_row(
+                name,
+                s["tier"],
+                s["profile"],
+                f"[{STATE_STYLE.get(st, '')}]{st}",
+                str(s.get("round", "-")),
+                _f(s.get("train_loss")),
+                _f(s.get("eval_acc")),
+            )
         return t
 
     def _render(self):
@@ -49,11 +67,18 @@ class ConsoleObserver:
         total = fl.rounds if fl else 100
         desc = f"{self.label}[bold]{plan.name}[/] {'rounds' if fl else 'progress'}"
         self.task = self.progress.add_task(desc, total=total, info="starting fleet")
-        self.nodes = {n.name: {"tier": n.tier, "profile": n.profile_name, "state": "starting"}
-                      for n in plan.clients} if fl else {}
+        self.nodes = (
+            {
+                n.name: {"tier": n.tier, "profile": n.profile_name, "state": "starting"}
+                for n in plan.clients
+            }
+            if fl
+            else {}
+        )
         self.console.print(f"run [bold]{run_id}[/]")
-        self.live = Live(self._render(), console=self.console, refresh_per_second=4,
-                         transient=False)
+        self.live = Live(
+            self._render(), console=self.console, refresh_per_second=4, transient=False
+        )
         self.live.start()
 
     def record(self, rec: dict[str, Any]) -> None:
@@ -65,7 +90,9 @@ class ConsoleObserver:
             for s in self.nodes.values():
                 s["state"], s["round"] = "training", rec["round"]
         elif kind == "event" and name == "round_end":
-            self.progress.update(self.task, completed=rec["round"], info=f"round {rec['round']} done")
+            self.progress.update(
+                self.task, completed=rec["round"], info=f"round {rec['round']} done"
+            )
         elif kind == "metric" and node in self.nodes:
             if name in ("train_loss", "eval_acc"):
                 self.nodes[node][name] = rec["value"]
@@ -96,8 +123,12 @@ def print_summary(console: Console, result: RunResult) -> None:
         for col in ("round", "global acc", "federated acc", "round time s"):
             t.add_column(col, justify="right")
         for r in sorted(s["global_acc"]):
-            t.add_row(str(r), _f(s["global_acc"].get(r)), _f(s.get("federated_acc", {}).get(r)),
-                      _f(s.get("round_duration_s", {}).get(r)))
+            t.add_row(
+                str(r),
+                _f(s["global_acc"].get(r)),
+                _f(s.get("federated_acc", {}).get(r)),
+                _f(s.get("round_duration_s", {}).get(r)),
+            )
         console.print(t)
     if s.get("node_status"):
         t = Table(title="nodes")
@@ -105,14 +136,32 @@ def print_summary(console: Console, result: RunResult) -> None:
             t.add_column(col, justify="right")
         for node, rounds in sorted(s["node_status"].items()):
             vals = list(rounds.values())
-            t.add_row(node, str(vals.count("completed")), str(vals.count("failed")),
-                      str(len(vals) - vals.count("completed") - vals.count("failed")),
-                      f"{s.get('peak_rss_mb', {}).get(node, 0):.0f}")
+            t.add_row(
+                node,
+                str(vals.count("completed")),
+                str(vals.count("failed")),
+                str(len(vals) - vals.count("completed") - vals.count("failed")),
+                f"{s.get('peak_rss_mb', {}).get(node, 0):.0f}",
+            )
         console.print(t)
-    extra = {k: v for k, v in s.items() if k not in {
-        "global_acc", "federated_acc", "round_duration_s", "node_status", "peak_rss_mb",
-        "wall_s", "rounds"} and not isinstance(v, dict | list)}
+    extra = {
+        k: v
+        for k, v in s.items()
+        if k
+        not in {
+            "global_acc",
+            "federated_acc",
+            "round_duration_s",
+            "node_status",
+            "peak_rss_mb",
+            "wall_s",
+            "rounds",
+        }
+        and not isinstance(v, dict | list)
+    }
     for k, v in extra.items():
         console.print(f"{k}: {v}")
-    console.print(f"[{style}]{result.status}[/] in {result.wall_s:.1f} s wall; "
-                  f"stored in {result.artifact_dir} (run {result.run_id})")
+    console.print(
+        f"[{style}]{result.status}[/] in {result.wall_s:.1f} s wall; "
+        f"stored in {result.artifact_dir} (run {result.run_id})"
+    )

@@ -22,8 +22,13 @@ class PlannedNode:
 
     def node_config(self, num_partitions: int) -> dict[str, object]:
         """Flower node config of a client node (its identity)."""
-        return {"partition-id": self.partition_id, "num-partitions": num_partitions,
-                "node-name": self.name, "tier": self.tier, "profile": self.profile_name}
+        return {
+            "partition-id": self.partition_id,
+            "num-partitions": num_partitions,
+            "node-name": self.name,
+            "tier": self.tier,
+            "profile": self.profile_name,
+        }
 
 
 @dataclass(frozen=True)
@@ -61,9 +66,15 @@ def make_plan(exp: Experiment, seed: int | None = None) -> Plan:
         pname = spec.profile if isinstance(spec.profile, str) else f"{spec.id}-inline"
         for name in spec.names():
             role = spec.fl_role
-            link = exp.links.nodes.get(name) or exp.links.nodes.get(spec.id) or \
-                exp.links.for_pair(spec.tier, server_tier)
-            nodes.append(PlannedNode(name, spec.tier, role, pname, prof,
-                                     pid if role == "client" else None, link))
+            link = (
+                exp.links.nodes.get(name)
+                or exp.links.nodes.get(spec.id)
+                or exp.links.for_pair(spec.tier, server_tier)
+            )
+            nodes.append(
+                PlannedNode(
+                    name, spec.tier, role, pname, prof, pid if role == "client" else None, link
+                )
+            )
             pid += role == "client"
     return Plan(exp.name, exp.seed if seed is None else seed, tuple(nodes), exp, tuple(exp.faults))

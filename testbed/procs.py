@@ -24,7 +24,9 @@ def wait_port(port: int, timeout_s: float = 30.0, proc: subprocess.Popen | None 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited with code {proc.returncode} before port {port} opened")
+            raise RuntimeError(
+                f"process exited with code {proc.returncode} before port {port} opened"
+            )
         with socket.socket() as s:
             s.settimeout(0.2)
             if s.connect_ex(("127.0.0.1", port)) == 0:
@@ -40,12 +42,19 @@ class ProcGroup:
         self.procs: dict[str, subprocess.Popen] = {}
         self._known: dict[str, set[int]] = {}
 
-    def start(self, name: str, cmd: list[str], log_path: Path, env: dict[str, str] | None = None,
-              cwd: str | None = None) -> subprocess.Popen:
+    def start(
+        self,
+        name: str,
+        cmd: list[str],
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> subprocess.Popen:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
-            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                 start_new_session=True)
+            p = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
+            )
         self.procs[name] = p
         self._known[name] = {p.pid}
         return p

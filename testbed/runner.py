@@ -48,8 +48,13 @@ def new_run_id(name: str) -> str:
 
 def git_revision() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).resolve().parent, timeout=5)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).resolve().parent,
+            timeout=5,
+        )
         return out.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -60,16 +65,23 @@ def snapshot(exp: Experiment, seed: int, run_dir: Path, extra: dict[str, Any]) -
     from importlib.metadata import PackageNotFoundError, version
 
     (run_dir / "spec.resolved.yaml").write_text(
-        yaml.safe_dump(exp.model_dump(mode="json"), sort_keys=False))
+        yaml.safe_dump(exp.model_dump(mode="json"), sort_keys=False)
+    )
     versions = {}
     for p in PACKAGES:
         try:
             versions[p] = version(p)
         except PackageNotFoundError:
             pass
-    meta = {"seed": seed, "versions": versions, "python": sys.version.split()[0],
-            "git_revision": git_revision(), "host": platform.node(),
-            "platform": platform.platform(), **extra}
+    meta = {
+        "seed": seed,
+        "versions": versions,
+        "python": sys.version.split()[0],
+        "git_revision": git_revision(),
+        "host": platform.node(),
+        "platform": platform.platform(),
+        **extra,
+    }
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
 
 
@@ -91,29 +103,48 @@ class TelemetryTail:
         return [json.loads(line) for line in data[:end].splitlines() if line.strip()]
 
 
-def run_experiment(exp: Experiment, store: RunStore, *, seed: int | None = None,
-                   backend: str = "local", spec_path: str | None = None,
-                   sweep_id: str | None = None, observer: Observer | None = None,
-                   backend_options: dict[str, Any] | None = None,
-                   assignment: dict[str, Any] | None = None,
-                   variant: str | None = None) -> RunResult:
+def run_experiment(
+    exp: Experiment,
+    store: RunStore,
+    *,
+    seed: int | None = None,
+    backend: str = "local",
+    spec_path: str | None = None,
+    sweep_id: str | None = None,
+    observer: Observer | None = None,
+    backend_options: dict[str, Any] | None = None,
+    assignment: dict[str, Any] | None = None,
+    variant: str | None = None,
+) -> RunResult:
     """Run ``exp`` and record it; Ctrl-C stops it, marks it ``interrupted`` and re-raises."""
     import os
 
     seed = exp.seed if seed is None else seed
     run_id = new_run_id(exp.name)
-    run_dir = store.create_run(run_id, exp.name, seed=seed, backend=backend,
-                               spec_path=spec_path, sweep_id=sweep_id, variant=variant,
-                               pid=os.getpid())
-    snapshot(exp, seed, run_dir, {"run_id": run_id, "backend": backend,
-                                   "sweep_assignment": assignment or {}})
+    run_dir = store.create_run(
+        run_id,
+        exp.name,
+        seed=seed,
+        backend=backend,
+        spec_path=spec_path,
+        sweep_id=sweep_id,
+        variant=variant,
+        pid=os.getpid(),
+    )
+    snapshot(
+        exp,
+        seed,
+        run_dir,
+        {"run_id": run_id, "backend": backend, "sweep_assignment": assignment or {}},
+    )
     t0 = time.time()
     status, summary = "failed", {}
     plan = make_plan(exp, seed)
     try:
         if exp.workload.fl is not None:
-            summary = _run_fl(plan, run_id, run_dir, store, backend, observer,
-                              backend_options or {})
+            summary = _run_fl(
+                plan, run_id, run_dir, store, backend, observer, backend_options or {}
+            )
         else:
             summary = _run_library(exp, seed, run_id, run_dir, store, observer)
         status = summary.pop("status", "completed")
@@ -134,8 +165,15 @@ def run_experiment(exp: Experiment, store: RunStore, *, seed: int | None = None,
     return result
 
 
-def _run_fl(plan: Plan, run_id: str, run_dir: Path, store: RunStore, backend_name: str,
-            observer: Observer | None, backend_options: dict[str, Any]) -> dict[str, Any]:
+def _run_fl(
+    plan: Plan,
+    run_id: str,
+    run_dir: Path,
+    store: RunStore,
+    backend_name: str,
+    observer: Observer | None,
+    backend_options: dict[str, Any],
+) -> dict[str, Any]:
     spec = plan.experiment.workload.fl
     assert spec is not None
     backend = get_backend(backend_name)(plan, run_dir, **backend_options)
@@ -161,12 +199,15 @@ def _run_fl(plan: Plan, run_id: str, run_dir: Path, store: RunStore, backend_nam
         store.add_event(run_id, "fleet_starting", nodes=[n.name for n in plan.nodes])
         backend.start()
         store.add_event(run_id, "fleet_ready", superlink_port=backend.superlink_port)
-        proc = backend.submit({
-            "fl-spec": spec.model_dump_json(), "seed": plan.seed,
-            "node-names": json.dumps(plan.client_names()),
-            "telemetry-path": str((run_dir / "telemetry.jsonl").resolve()),
-            "artifact-dir": str(run_dir.resolve()),
-        })
+        proc = backend.submit(
+            {
+                "fl-spec": spec.model_dump_json(),
+                "seed": plan.seed,
+                "node-names": json.dumps(plan.client_names()),
+                "telemetry-path": str((run_dir / "telemetry.jsonl").resolve()),
+                "artifact-dir": str(run_dir.resolve()),
+            }
+        )
         deadline = time.time() + spec.round_timeout_s * (spec.rounds + 2) + 120
         while proc.poll() is None and time.time() < deadline:
             pump()
@@ -204,14 +245,21 @@ def _fl_summary(store: RunStore, run_id: str, plan: Plan, ended: bool) -> dict[s
     }
 
 
-def _run_library(exp: Experiment, seed: int, run_id: str, run_dir: Path, store: RunStore,
-                 observer: Observer | None) -> dict[str, Any]:
+def _run_library(
+    exp: Experiment,
+    seed: int,
+    run_id: str,
+    run_dir: Path,
+    store: RunStore,
+    observer: Observer | None,
+) -> dict[str, Any]:
     """Workloads that run in-process (radio, compression): same store, same records."""
     from testbed.workloads import run_workload
 
     def report(row: dict[str, Any]) -> None:
-        store.add_metric(run_id, row["name"], row["value"], round=row.get("step"),
-                         node=row.get("node"))
+        store.add_metric(
+            run_id, row["name"], row["value"], round=row.get("step"), node=row.get("node")
+        )
         if observer:
             observer.record({"kind": "metric", **row})
 
@@ -235,8 +283,7 @@ class SweepItem:
 
     @property
     def variant(self) -> str:
-        return json.dumps({"grid": self.assignment, "seed": self.seed}, sort_keys=True,
-                          default=str)
+        return json.dumps({"grid": self.assignment, "seed": self.seed}, sort_keys=True, default=str)
 
 
 def sweep_items(expanded: list[tuple[dict[str, Any], Experiment]]) -> list[SweepItem]:

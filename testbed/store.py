@@ -102,8 +102,9 @@ class RunStore:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.path = self.root / "testbed.db"
-        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None,
-                                   check_same_thread=False)
+        self._db = sqlite3.connect(
+            self.path, timeout=30, isolation_level=None, check_same_thread=False
+        )
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
@@ -115,17 +116,37 @@ class RunStore:
         return self.root / run_id
 
     # -- writes ---------------------------------------------------------------------
-    def create_run(self, run_id: str, name: str, *, seed: int, backend: str,
-                   spec_path: str | None = None, sweep_id: str | None = None,
-                   variant: str | None = None, pid: int | None = None) -> Path:
+    def create_run(
+        self,
+        run_id: str,
+        name: str,
+        *,
+        seed: int,
+        backend: str,
+        spec_path: str | None = None,
+        sweep_id: str | None = None,
+        variant: str | None = None,
+        pid: int | None = None,
+    ) -> Path:
         """Insert a ``running`` run and create its artifact folder."""
         d = self.artifact_dir(run_id)
         d.mkdir(parents=True, exist_ok=True)
         self._db.execute(
             "INSERT INTO runs (run_id, name, sweep_id, variant, status, backend, seed, spec_path,"
             " artifact_dir, pid, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            (run_id, name, sweep_id, variant, "running", backend, seed, spec_path, str(d), pid,
-             time.time()),
+            (
+                run_id,
+                name,
+                sweep_id,
+                variant,
+                "running",
+                backend,
+                seed,
+                spec_path,
+                str(d),
+                pid,
+                time.time(),
+            ),
         )
         return d
 
@@ -138,22 +159,45 @@ class RunStore:
             (status, time.time(), json.dumps(summary or {}, default=str), run_id),
         )
 
-    def add_event(self, run_id: str, kind: str, *, round: int | None = None,
-                  node: str | None = None, ts: float | None = None, **data: Any) -> None:
+    def add_event(
+        self,
+        run_id: str,
+        kind: str,
+        *,
+        round: int | None = None,
+        node: str | None = None,
+        ts: float | None = None,
+        **data: Any,
+    ) -> None:
         self._db.execute(
             "INSERT INTO events (run_id, ts, kind, round, node, data) VALUES (?,?,?,?,?,?)",
             (run_id, ts or time.time(), kind, round, node, json.dumps(data, default=str)),
         )
 
-    def add_metric(self, run_id: str, name: str, value: float, *, round: int | None = None,
-                   node: str | None = None, ts: float | None = None) -> None:
+    def add_metric(
+        self,
+        run_id: str,
+        name: str,
+        value: float,
+        *,
+        round: int | None = None,
+        node: str | None = None,
+        ts: float | None = None,
+    ) -> None:
         self._db.execute(
             "INSERT INTO metrics (run_id, ts, round, node, name, value) VALUES (?,?,?,?,?,?)",
             (run_id, ts or time.time(), round, node, name, float(value)),
         )
 
-    def set_status(self, run_id: str, round: int, node: str, status: str, reason: str = "",
-                   ts: float | None = None) -> None:
+    def set_status(
+        self,
+        run_id: str,
+        round: int,
+        node: str,
+        status: str,
+        reason: str = "",
+        ts: float | None = None,
+    ) -> None:
         self._db.execute(
             "INSERT OR REPLACE INTO round_status (run_id, round, node, status, reason, ts)"
             " VALUES (?,?,?,?,?,?)",
@@ -168,14 +212,27 @@ class RunStore:
             for r in records:
                 kind, ts = r.get("kind"), r.get("t")
                 if kind == "metric":
-                    self.add_metric(run_id, r["name"], r["value"], round=r.get("round"),
-                                    node=r.get("node"), ts=ts)
+                    self.add_metric(
+                        run_id,
+                        r["name"],
+                        r["value"],
+                        round=r.get("round"),
+                        node=r.get("node"),
+                        ts=ts,
+                    )
                 elif kind == "status":
-                    self.set_status(run_id, r["round"], r["node"], r["status"],
-                                    r.get("reason", ""), ts=ts)
+                    self.set_status(
+                        run_id, r["round"], r["node"], r["status"], r.get("reason", ""), ts=ts
+                    )
                 elif kind == "event":
-                    self.add_event(run_id, r["name"], round=r.get("round"), node=r.get("node"),
-                                   ts=ts, **(r.get("data") or {}))
+                    self.add_event(
+                        run_id,
+                        r["name"],
+                        round=r.get("round"),
+                        node=r.get("node"),
+                        ts=ts,
+                        **(r.get("data") or {}),
+                    )
                 n += 1
         finally:
             self._db.execute("COMMIT")
@@ -191,12 +248,15 @@ class RunStore:
         """The completed run of ``variant`` in ``sweep_id``, if any (for resuming)."""
         row = self._db.execute(
             "SELECT * FROM runs WHERE sweep_id=? AND variant=? AND status='completed'",
-            (sweep_id, variant)).fetchone()
+            (sweep_id, variant),
+        ).fetchone()
         return RunRow(*row) if row else None
 
     def run(self, run_id: str) -> RunRow:
         """A run by id or unique id prefix."""
-        rows = self._db.execute("SELECT * FROM runs WHERE run_id LIKE ?", (run_id + "%",)).fetchall()
+        rows = self._db.execute(
+            "SELECT * FROM runs WHERE run_id LIKE ?", (run_id + "%",)
+        ).fetchall()
         if len(rows) != 1:
             raise KeyError(f"run {run_id!r}: {'no such run' if not rows else 'ambiguous prefix'}")
         return RunRow(*rows[0])
@@ -213,13 +273,17 @@ class RunStore:
         """Rows ``(id, ts, kind, round, node, data)`` after ``since_id``."""
         return self._db.execute(
             "SELECT id, ts, kind, round, node, data FROM events WHERE run_id=? AND id>?"
-            " ORDER BY id", (run_id, since_id)).fetchall()
+            " ORDER BY id",
+            (run_id, since_id),
+        ).fetchall()
 
     def round_status(self, run_id: str) -> list[tuple]:
         """Rows ``(round, node, status, reason)``."""
         return self._db.execute(
             "SELECT round, node, status, reason FROM round_status WHERE run_id=?"
-            " ORDER BY round, node", (run_id,)).fetchall()
+            " ORDER BY round, node",
+            (run_id,),
+        ).fetchall()
 
     def metric_names(self) -> set[str]:
         """Names of all metrics recorded so far (any run)."""
@@ -231,14 +295,19 @@ class RunStore:
 
         return pd.read_sql_query(
             "SELECT round, node, name, value, ts FROM metrics WHERE run_id=? ORDER BY id",
-            self._db, params=(run_id,))
+            self._db,
+            params=(run_id,),
+        )
 
     def mark_stale(self) -> list[str]:
         """Mark ``running`` runs whose process is gone as ``interrupted``."""
         import psutil
 
-        stale = [r.run_id for r in self.runs()
-                 if r.status == "running" and (r.pid is None or not psutil.pid_exists(r.pid))]
+        stale = [
+            r.run_id
+            for r in self.runs()
+            if r.status == "running" and (r.pid is None or not psutil.pid_exists(r.pid))
+        ]
         for rid in stale:
             self.finish_run(rid, "interrupted", {"reason": "controller process gone"})
         return stale

@@ -9,9 +9,13 @@ from typing import Any
 from testbed.spec.models import Experiment
 
 
-def run_workload(exp: Experiment, seed: int, out_dir: Path,
-                 report: Callable[[dict], None], progress: Callable[[str, float], None]
-                 ) -> dict[str, Any]:
+def run_workload(
+    exp: Experiment,
+    seed: int,
+    out_dir: Path,
+    report: Callable[[dict], None],
+    progress: Callable[[str, float], None],
+) -> dict[str, Any]:
     """Dispatch a non-FL workload section to the code that owns it."""
     w = exp.workload
     if w.semantic_mux is not None:

@@ -8,7 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nodes.data.datasets import load_cifar10, load_digits, load_imagefolder, load_npz, load_synthetic
+from nodes.data.datasets import (
+    load_cifar10,
+    load_digits,
+    load_imagefolder,
+    load_npz,
+    load_synthetic,
+)
 from nodes.data.partition import partition
 
 
@@ -25,8 +31,11 @@ def test_synthetic_is_deterministic_and_grouped() -> None:
 
 def test_npz_loader(tmp_path: Path) -> None:
     f = tmp_path / "d.npz"
-    np.savez(f, x=np.random.default_rng(0).integers(0, 255, (20, 6, 6, 3), dtype=np.uint8),
-             y=np.arange(20) % 4)
+    np.savez(
+        f,
+        x=np.random.default_rng(0).integers(0, 255, (20, 6, 6, 3), dtype=np.uint8),
+        y=np.arange(20) % 4,
+    )
     d = load_npz(path=str(f))
     assert d.x.shape == (20, 3, 6, 6) and d.num_classes == 4 and d.x.max() <= 1.0
     with pytest.raises(ValueError, match="dataset.path"):
@@ -48,8 +57,10 @@ def test_cifar10_loader_on_tiny_pickle(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     for name in ("data_batch_1", "test_batch"):
         with open(tmp_path / name, "wb") as f:
-            pickle.dump({b"data": rng.integers(0, 255, (4, 3072), dtype=np.uint8),
-                         b"labels": [0, 1, 2, 9]}, f)
+            pickle.dump(
+                {b"data": rng.integers(0, 255, (4, 3072), dtype=np.uint8), b"labels": [0, 1, 2, 9]},
+                f,
+            )
     d = load_cifar10(path=str(tmp_path))
     assert d.x.shape == (8, 3, 32, 32) and d.num_classes == 10
 

@@ -51,8 +51,9 @@ def test_superlink_three_supernodes_three_rounds(tmp_path: Path) -> None:
     assert rows == {(r, n) for r in (1, 2, 3) for n in nodes}
     for name in ("bytes_sent", "bytes_received", "train_duration_s", "eval_acc"):
         assert {n for _r, n, *_ in store.metrics(res.run_id, name)} == nodes, name
-    assert {(r, n, s) for r, n, s, _ in store.round_status(res.run_id)} == \
-        {(r, n, "completed") for r in (1, 2, 3) for n in nodes}
+    assert {(r, n, s) for r, n, s, _ in store.round_status(res.run_id)} == {
+        (r, n, "completed") for r in (1, 2, 3) for n in nodes
+    }
     spec = (res.artifact_dir / "spec.resolved.yaml").read_text()
     assert "rounds: 3" in spec
     meta = json.loads((res.artifact_dir / "meta.json").read_text())
@@ -72,9 +73,12 @@ def test_teardown_on_error(tmp_path: Path) -> None:
 
 
 def _cli(tmp_path: Path, spec: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "testbed", "run", str(spec), "--out",
-                             str(tmp_path / "runs")], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "testbed", "run", str(spec), "--out", str(tmp_path / "runs")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def test_teardown_on_ctrl_c(tmp_path: Path) -> None:

@@ -42,7 +42,9 @@ def test_good_files_load(root: Path) -> None:
 
 
 def test_unknown_key_names_path_and_line() -> None:
-    text = GOOD.replace("    - {id: cloud, tier: cloud}", "    - {id: cloud, tier: cloud, colour: red}")
+    text = GOOD.replace(
+        "    - {id: cloud, tier: cloud}", "    - {id: cloud, tier: cloud, colour: red}"
+    )
     assert problems(text) == [(5, "fleet.nodes.0.colour", "unknown key")]
 
 
@@ -63,8 +65,10 @@ def test_node_referenced_but_not_defined() -> None:
 
 
 def test_empty_fleet() -> None:
-    text = GOOD.replace("    - {id: cloud, tier: cloud}\n    - {id: edge, tier: edge, profile: rpi5, count: 2}\n",
-                        "    []\n")
+    text = GOOD.replace(
+        "    - {id: cloud, tier: cloud}\n    - {id: edge, tier: edge, profile: rpi5, count: 2}\n",
+        "    []\n",
+    )
     text = text.replace("  nodes:\n    []", "  nodes: []")
     found = problems(text)
     assert (4, "fleet.nodes") in [(line, path) for line, path, _ in found]
@@ -78,7 +82,9 @@ def test_every_error_at_once() -> None:
 
 
 def test_unknown_registered_names_list_choices() -> None:
-    [(line, path, msg)] = problems(GOOD.replace("fl: {rounds: 2}", "fl: {rounds: 2, model: {name: vit}}"))
+    [(line, path, msg)] = problems(
+        GOOD.replace("fl: {rounds: 2}", "fl: {rounds: 2, model: {name: vit}}")
+    )
     assert path == "workload.fl.model.name" and "cnn" in msg and line == 13
 
 
@@ -86,8 +92,10 @@ def test_set_overrides_and_sweep(tmp_path: Path) -> None:
     exp = parse_spec(GOOD, overrides=parse_set(["workload.fl.rounds=7", "seed=9"]))
     assert exp.workload.fl.rounds == 7 and exp.seed == 9
     f = tmp_path / "s.yaml"
-    f.write_text(GOOD + "sweep:\n  grid:\n    workload.fl.partitioner.alpha: [0.1, 1.0]\n"
-                 "    workload.fl.partitioner.name: [dirichlet]\n")
+    f.write_text(
+        GOOD + "sweep:\n  grid:\n    workload.fl.partitioner.alpha: [0.1, 1.0]\n"
+        "    workload.fl.partitioner.name: [dirichlet]\n"
+    )
     runs = expand(f)
     assert [a["workload.fl.partitioner.alpha"] for a, _ in runs] == [0.1, 1.0]
     assert runs[0][1].workload.fl.partitioner.alpha == 0.1
@@ -96,8 +104,9 @@ def test_set_overrides_and_sweep(tmp_path: Path) -> None:
 def test_cli_validate_exit_code_2(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(GOOD.replace("seed: 3", "seed: x"))
-    out = subprocess.run([sys.executable, "-m", "testbed", "validate", str(bad)],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "testbed", "validate", str(bad)], capture_output=True, text=True
+    )
     assert out.returncode == 2
     assert f"{bad}:2: seed:" in out.stderr.replace("\n", " ") or "2: seed" in out.stderr
     assert "Traceback" not in out.stderr

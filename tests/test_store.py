@@ -13,11 +13,21 @@ def test_store_roundtrip(tmp_path: Path) -> None:
     s = RunStore(tmp_path)
     d = s.create_run("r1", "demo", seed=1, backend="local")
     assert d.is_dir()
-    s.ingest("r1", [
-        {"kind": "metric", "name": "train_loss", "value": 0.5, "round": 1, "node": "e1", "t": 1.0},
-        {"kind": "status", "round": 1, "node": "e1", "status": "completed", "t": 1.0},
-        {"kind": "event", "name": "round_end", "round": 1, "data": {"replies": 1}, "t": 1.0},
-    ])
+    s.ingest(
+        "r1",
+        [
+            {
+                "kind": "metric",
+                "name": "train_loss",
+                "value": 0.5,
+                "round": 1,
+                "node": "e1",
+                "t": 1.0,
+            },
+            {"kind": "status", "round": 1, "node": "e1", "status": "completed", "t": 1.0},
+            {"kind": "event", "name": "round_end", "round": 1, "data": {"replies": 1}, "t": 1.0},
+        ],
+    )
     s.finish_run("r1", "completed", {"final_global_acc": 0.9})
     r = RunStore(tmp_path).run("r1")
     assert r.status == "completed" and r.summary_dict["final_global_acc"] == 0.9

@@ -112,5 +112,7 @@ def partition(
 ) -> list[np.ndarray]:
     """Run partitioner ``name`` with a generator seeded by ``seed``."""
     if name not in PARTITIONERS:
-        raise ValueError(f"partitioner.name: unknown {name!r}; choose one of {sorted(PARTITIONERS)}")
+        raise ValueError(
+            f"partitioner.name: unknown {name!r}; choose one of {sorted(PARTITIONERS)}"
+        )
     return PARTITIONERS[name](y, num_partitions, np.random.default_rng(seed), **params)

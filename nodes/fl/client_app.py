@@ -46,7 +46,9 @@ def train(msg: Message, context: Context) -> Message:
     metrics["train-duration-s"] = time.perf_counter() - t0
     metrics["train-loss"] = train_loss
     metrics["num-examples"] = len(splits.silo_train[pid])
-    content = RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": MetricRecord(metrics)})
+    content = RecordDict(
+        {"arrays": ArrayRecord(model.state_dict()), "metrics": MetricRecord(metrics)}
+    )
     return Message(content=content, reply_to=msg)
 
 

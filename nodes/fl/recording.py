@@ -24,8 +24,9 @@ class RecordingMixin:
     num_rounds: int
     piggyback: bool
 
-    def _setup_recording(self, telemetry: Telemetry, node_names: list[str], num_rounds: int,
-                         federated_eval: str) -> None:
+    def _setup_recording(
+        self, telemetry: Telemetry, node_names: list[str], num_rounds: int, federated_eval: str
+    ) -> None:
         self.telemetry = telemetry
         self.node_names = node_names
         self.num_rounds = num_rounds
@@ -61,8 +62,11 @@ class RecordingMixin:
                 continue
             name = self._name(nid, msg.content)
             m = msg.content["metrics"]
-            for key, out in (("train-loss", "train_loss"), ("train-duration-s", "train_duration_s"),
-                             ("num-examples", "num_examples")):
+            for key, out in (
+                ("train-loss", "train_loss"),
+                ("train-duration-s", "train_duration_s"),
+                ("num-examples", "num_examples"),
+            ):
                 tel.metric(out, float(m[key]), server_round, name)
             tel.metric("bytes_sent", self._sent.get(nid, 0), server_round, name)
             tel.metric("bytes_received", array_nbytes(msg.content["arrays"]), server_round, name)
@@ -78,8 +82,12 @@ class RecordingMixin:
         tel.metric("round_duration_s", time.time() - self._round_t0, server_round)
         if metrics is not None and "eval-acc" in metrics and server_round > 1:
             tel.metric("federated_acc", float(metrics["eval-acc"]), server_round - 1)
-        tel.event("round_end", round=server_round, replies=len(replies),
-                  duration_s=time.time() - self._round_t0)
+        tel.event(
+            "round_end",
+            round=server_round,
+            replies=len(replies),
+            duration_s=time.time() - self._round_t0,
+        )
         return arrays, metrics
 
     def configure_evaluate(self, server_round: int, arrays, config, grid):

@@ -39,8 +39,11 @@ def main(grid: Grid, context: Context) -> None:
     model = task.make_model(spec, splits)
 
     cls = recording(getattr(fs, STRATEGIES[spec.strategy.name]))
-    params = {"min_available_nodes": n, "min_train_nodes": min(spec.min_participants, n),
-              "min_evaluate_nodes": min(spec.min_participants, n)}
+    params = {
+        "min_available_nodes": n,
+        "min_train_nodes": min(spec.min_participants, n),
+        "min_evaluate_nodes": min(spec.min_participants, n),
+    }
     params.update(spec.strategy.params)
     strategy = cls(**params)
     strategy._setup_recording(tel, names, spec.rounds, spec.evaluation.federated)

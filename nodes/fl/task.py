@@ -71,7 +71,9 @@ def make_model(spec: FLSpec, splits: Splits):
     """Build the task model for these data."""
     from nodes.models import build_model
 
-    return build_model(spec.model.name, splits.input_shape, splits.num_classes, width=spec.model.width)
+    return build_model(
+        spec.model.name, splits.input_shape, splits.num_classes, width=spec.model.width
+    )
 
 
 def train(model, data: Dataset, spec: FLSpec, seed: int, lr: float | None = None) -> float:

@@ -45,10 +45,12 @@ class Telemetry:
 
     def metric(self, name: str, value: float, round: int | None = None, node: str | None = None):
         """Record one metric value (node ``None`` means the server / global)."""
-        self._write({"kind": "metric", "name": name, "value": float(value), "round": round,
-                     "node": node})
+        self._write(
+            {"kind": "metric", "name": name, "value": float(value), "round": round, "node": node}
+        )
 
     def status(self, round: int, node: str, status: str, reason: str = "") -> None:
         """Record a (round, node) participation status."""
-        self._write({"kind": "status", "round": round, "node": node, "status": status,
-                     "reason": reason})
+        self._write(
+            {"kind": "status", "round": round, "node": node, "status": status, "reason": reason}
+        )

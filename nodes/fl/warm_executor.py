@@ -35,8 +35,12 @@ class WarmExecutor:
         Called with ``(task_id, duration_s, ok)`` after each task.
     """
 
-    def __init__(self, runtime_api_address: str, poll_interval_s: float = 0.05,
-                 on_task: Callable[[int, float, bool], None] | None = None) -> None:
+    def __init__(
+        self,
+        runtime_api_address: str,
+        poll_interval_s: float = 0.05,
+        on_task: Callable[[int, float, bool], None] | None = None,
+    ) -> None:
         self.address = runtime_api_address
         self.poll_interval_s = poll_interval_s
         self.on_task = on_task
@@ -49,8 +53,11 @@ class WarmExecutor:
         from flwr.supercore.runtime import RuntimeHttpClient
 
         return RuntimeHttpClient.from_server_address(
-            server_address=self.address, insecure=True, root_certificates=None,
-            interceptors=interceptors, retry_invoker=make_simple_http_retry_invoker(),
+            server_address=self.address,
+            insecure=True,
+            root_certificates=None,
+            interceptors=interceptors,
+            retry_invoker=make_simple_http_retry_invoker(),
         )
 
     def serve(self) -> None:
@@ -114,8 +121,12 @@ class WarmExecutor:
             push_task_output,
         )
 
-        client = self._client([RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
-                               RuntimeTokenHttpInterceptor(token)])
+        client = self._client(
+            [
+                RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
+                RuntimeTokenHttpInterceptor(token),
+            ]
+        )
         heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
         heartbeat.start()
         message = context = reply = None
@@ -129,8 +140,10 @@ class WarmExecutor:
             log.exception("ClientApp raised")
             details = f"{type(ex)}:<'{ex}'>"
             if message is not None:
-                reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
-                                      reason=details), reply_to=message)
+                reply = Message(
+                    Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=details),
+                    reply_to=message,
+                )
         finally:
             try:
                 if reply is not None and context is not None:

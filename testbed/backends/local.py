@@ -65,9 +65,12 @@ class LocalBackend:
         server = self.plan.server
         for _attempt in range(3):  # a port taken between choice and bind: pick again
             port = free_port()
-            p = self.procs.start(server.name, self._node_cmd("superlink", "--port", str(port)),
-                                 self.run_dir / "logs" / f"{server.name}.log",
-                                 env=_env(self.run_dir / "nodes" / server.name))
+            p = self.procs.start(
+                server.name,
+                self._node_cmd("superlink", "--port", str(port)),
+                self.run_dir / "logs" / f"{server.name}.log",
+                env=_env(self.run_dir / "nodes" / server.name),
+            )
             try:
                 wait_port(port, timeout_s, p)
                 self.superlink_port = port
@@ -81,11 +84,20 @@ class LocalBackend:
         for node in self.plan.clients:
             port = free_port()
             cmd = self._node_cmd(
-                "supernode", "--superlink", f"127.0.0.1:{self.superlink_port}",
-                "--port", str(port), "--node-config", json.dumps(node.node_config(n)),
+                "supernode",
+                "--superlink",
+                f"127.0.0.1:{self.superlink_port}",
+                "--port",
+                str(port),
+                "--node-config",
+                json.dumps(node.node_config(n)),
             ) + ([] if self.warm else ["--cold"])
-            p = self.procs.start(node.name, cmd, self.run_dir / "logs" / f"{node.name}.log",
-                                 env=_env(self.run_dir / "nodes" / node.name))
+            p = self.procs.start(
+                node.name,
+                cmd,
+                self.run_dir / "logs" / f"{node.name}.log",
+                env=_env(self.run_dir / "nodes" / node.name),
+            )
             self.node_ports[node.name] = port
             started.append((port, p))
         for port, p in started:
@@ -95,23 +107,36 @@ class LocalBackend:
         """Submit the Flower app with ``flwr run --stream``; the process ends with the run."""
         home = self.run_dir / "flwr_home"
         home.mkdir(parents=True, exist_ok=True)
-        conf = {"superlink": {"default": "fleet",
-                              "fleet": {"address": f"127.0.0.1:{self.superlink_port}",
-                                        "insecure": True}}}
+        conf = {
+            "superlink": {
+                "default": "fleet",
+                "fleet": {"address": f"127.0.0.1:{self.superlink_port}", "insecure": True},
+            }
+        }
         (home / "config.toml").write_text(tomli_w.dumps(conf))
         rc = self.run_dir / "run_config.toml"
         rc.write_text(tomli_w.dumps(run_config))
-        cmd = [flower_bin("flwr"), "run", str(APP_DIR), "fleet", "--run-config", str(rc), "--stream"]
-        return self.procs.start("flwr-run", cmd, self.run_dir / "logs" / "flwr-run.log",
-                                env=_env(home))
+        cmd = [
+            flower_bin("flwr"),
+            "run",
+            str(APP_DIR),
+            "fleet",
+            "--run-config",
+            str(rc),
+            "--stream",
+        ]
+        return self.procs.start(
+            "flwr-run", cmd, self.run_dir / "logs" / "flwr-run.log", env=_env(home)
+        )
 
     def alive(self) -> dict[str, bool]:
         return {name: p.poll() is None for name, p in self.procs.procs.items()}
 
     def rss_mb(self) -> dict[str, float]:
         """Resident memory per node (whole process tree), MB."""
-        return {n.name: self.procs.rss_mb(n.name) for n in self.plan.nodes
-                if n.name in self.procs.procs}
+        return {
+            n.name: self.procs.rss_mb(n.name) for n in self.plan.nodes if n.name in self.procs.procs
+        }
 
     def stop(self) -> None:
         self.procs.stop_all()

@@ -88,7 +88,12 @@ def _problems(err: ValidationError, lines: dict[Loc, int]) -> list[Problem]:
         for part in msg.split("\n"):
             head, sep, tail = part.partition(": ")
             sub: Loc = loc
-            if not loc and sep and " " not in head and head.split(".")[0] in Experiment.model_fields:
+            if (
+                not loc
+                and sep
+                and " " not in head
+                and head.split(".")[0] in Experiment.model_fields
+            ):
                 sub = loc + tuple(int(x) if x.isdigit() else x for x in head.split("."))
                 part = tail
             path, line = _resolve(sub, lines)
@@ -129,8 +134,9 @@ def parse_set(items: list[str]) -> list[tuple[str, Any]]:
     return out
 
 
-def parse_spec(text: str, source: str = "<string>",
-               overrides: list[tuple[str, Any]] | None = None) -> Experiment:
+def parse_spec(
+    text: str, source: str = "<string>", overrides: list[tuple[str, Any]] | None = None
+) -> Experiment:
     """Validate YAML text into an :class:`Experiment` (sweep not expanded)."""
     raw, lines = _read(text, source)
     for k, v in overrides or []:
@@ -176,11 +182,20 @@ def _reference_problems(raw: dict, lines: dict[Loc, int]) -> list[Problem]:
         refs += [(("links", "nodes", k), k) for k in links["nodes"]]
     faults = raw.get("faults")
     if isinstance(faults, list):
-        refs += [(("faults", i, "node"), f.get("node")) for i, f in enumerate(faults)
-                 if isinstance(f, dict) and f.get("node") is not None]
-    return [Problem(_dotted(loc), lines.get(loc, 0),
-                    f"node {name!r} is not defined in fleet.nodes (defined: {sorted(names)})")
-            for loc, name in refs if name not in names]
+        refs += [
+            (("faults", i, "node"), f.get("node"))
+            for i, f in enumerate(faults)
+            if isinstance(f, dict) and f.get("node") is not None
+        ]
+    return [
+        Problem(
+            _dotted(loc),
+            lines.get(loc, 0),
+            f"node {name!r} is not defined in fleet.nodes (defined: {sorted(names)})",
+        )
+        for loc, name in refs
+        if name not in names
+    ]
 
 
 def _validate(raw: dict, lines: dict[Loc, int], source: str) -> Experiment:
@@ -202,8 +217,9 @@ def load_spec(path: str | Path, overrides: list[tuple[str, Any]] | None = None) 
     return parse_spec(p.read_text(encoding="utf-8"), str(path), overrides)
 
 
-def expand(path: str | Path, overrides: list[tuple[str, Any]] | None = None
-           ) -> list[tuple[dict[str, Any], Experiment]]:
+def expand(
+    path: str | Path, overrides: list[tuple[str, Any]] | None = None
+) -> list[tuple[dict[str, Any], Experiment]]:
     """Expand a file's sweep grid into concrete experiments (one per combination).
 
     Returns ``(assignment, experiment)`` pairs; every combination is validated and all

@@ -42,7 +42,9 @@ class LinksSpec(Frozen):
         for key in v:
             parts = key.split("-")
             if len(parts) != 2 or any(p not in TIERS for p in parts):
-                raise ValueError(f"link default {key!r} must be 'tierA-tierB' with tiers in {TIERS}")
+                raise ValueError(
+                    f"link default {key!r} must be 'tierA-tierB' with tiers in {TIERS}"
+                )
         return v
 
     def for_pair(self, a: str, b: str) -> LinkSpec:
@@ -63,7 +65,9 @@ class NodeSpec(Frozen):
     @classmethod
     def _id(cls, v: str) -> str:
         if not NODE_ID.match(v):
-            raise ValueError("node id must be lowercase letters, digits and '-', starting with a letter")
+            raise ValueError(
+                "node id must be lowercase letters, digits and '-', starting with a letter"
+            )
         return v
 
     @property
@@ -73,7 +77,9 @@ class NodeSpec(Frozen):
 
     def names(self) -> list[str]:
         """Concrete node names after replication."""
-        return [self.id] if self.count == 1 else [f"{self.id}-{i}" for i in range(1, self.count + 1)]
+        return (
+            [self.id] if self.count == 1 else [f"{self.id}-{i}" for i in range(1, self.count + 1)]
+        )
 
 
 class FleetSpec(Frozen):
@@ -82,8 +88,9 @@ class FleetSpec(Frozen):
     nodes: list[NodeSpec] = Field(min_length=1)
 
 
-FaultKind = Literal["crash", "outage", "partition", "straggler", "flapping", "misconfig",
-                    "superlink-restart"]
+FaultKind = Literal[
+    "crash", "outage", "partition", "straggler", "flapping", "misconfig", "superlink-restart"
+]
 
 
 class FaultSpec(Frozen):
@@ -101,7 +108,9 @@ class FaultSpec(Frozen):
     @model_validator(mode="after")
     def _trigger(self) -> FaultSpec:
         if sum(x is not None for x in (self.at_round, self.at_time_s, self.probability)) != 1:
-            raise ValueError("a fault needs exactly one trigger: at_round, at_time_s or probability")
+            raise ValueError(
+                "a fault needs exactly one trigger: at_round, at_time_s or probability"
+            )
         if self.kind != "superlink-restart" and self.node is None and self.tier is None:
             raise ValueError("a fault needs a target: node or tier")
         return self
@@ -159,8 +168,10 @@ class Experiment(Frozen):
             catalog = {**CATALOG, **self.profiles}
             for i, n in enumerate(self.fleet.nodes):
                 if isinstance(n.profile, str) and n.profile not in catalog:
-                    errors.append(f"fleet.nodes.{i}.profile: unknown profile {n.profile!r}; "
-                                  f"choose one of {sorted(catalog)} or define it under profiles")
+                    errors.append(
+                        f"fleet.nodes.{i}.profile: unknown profile {n.profile!r}; "
+                        f"choose one of {sorted(catalog)} or define it under profiles"
+                    )
                 names += n.names()
             dup = sorted({x for x in names if names.count(x) > 1})
             if dup:
@@ -169,18 +180,24 @@ class Experiment(Frozen):
                 servers = [n.id for n in self.fleet.nodes if n.fl_role == "server"]
                 nservers = sum(n.count for n in self.fleet.nodes if n.fl_role == "server")
                 if nservers != 1:
-                    errors.append(f"fleet.nodes: an fl workload needs exactly one server node "
-                                  f"(a cloud node, or role: server); found {servers or 'none'}")
+                    errors.append(
+                        f"fleet.nodes: an fl workload needs exactly one server node "
+                        f"(a cloud node, or role: server); found {servers or 'none'}"
+                    )
                 if not any(n.fl_role == "client" for n in self.fleet.nodes):
                     errors.append("fleet.nodes: an fl workload needs at least one client node")
         for key in self.links.nodes:
             if key not in names:
-                errors.append(f"links.nodes.{key}: node {key!r} is not defined in fleet.nodes "
-                              f"(defined: {sorted(names)})")
+                errors.append(
+                    f"links.nodes.{key}: node {key!r} is not defined in fleet.nodes "
+                    f"(defined: {sorted(names)})"
+                )
         for i, f in enumerate(self.faults):
             if f.node is not None and f.node not in names:
-                errors.append(f"faults.{i}.node: node {f.node!r} is not defined in fleet.nodes "
-                              f"(defined: {sorted(names)})")
+                errors.append(
+                    f"faults.{i}.node: node {f.node!r} is not defined in fleet.nodes "
+                    f"(defined: {sorted(names)})"
+                )
         if errors:
             raise ValueError("\n".join(errors))  # one "path: message" per line
         return self

@@ -1,0 +1,231 @@
+"""Typed, frozen configuration of the semantic-multiplexing experiment (issue 6).
+
+This module imports nothing heavy (pydantic and the standard library only) because
+``testbed validate`` imports it to check YAML files without loading torch or Sionna.
+
+The YAML shape is::
+
+    name: semantic-mux
+    seed: 0
+    workload:
+      semantic_mux:
+        ...keys of SemanticMuxSpec...
+
+Every key has a default; units are part of the names (``_hz``, ``_db``, ``_s``, ``_w``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "DIGITS_TASKS",
+    "KNOWN_TASKS",
+    "EnergyModelSpec",
+    "BitBaselineSpec",
+    "SemanticMuxSpec",
+]
+
+#: Tasks defined on scikit-learn's built-in 8x8 digits (no download); see radio/tasks.py.
+DIGITS_TASKS: tuple[str, ...] = (
+    "digit",
+    "parity",
+    "magnitude",
+    "prime",
+    "ink",
+    "mod3",
+    "loop",
+    "top_heavy",
+)
+#: Tasks that need user-provided local files.
+FILE_TASKS: tuple[str, ...] = ("cifar10", "text_sentiment")
+KNOWN_TASKS: tuple[str, ...] = DIGITS_TASKS + FILE_TASKS
+
+#: 3GPP NR numerologies (TS 38.211 4.2): subcarrier spacing in Hz.
+NR_SUBCARRIER_SPACINGS_HZ: tuple[float, ...] = (15e3, 30e3, 60e3, 120e3, 240e3)
+
+
+class EnergyModelSpec(BaseModel):
+    """Parameters of the MODELLED energy: ``E = P_radio * airtime + P_compute * compute_time``.
+
+    Attributes
+    ----------
+    radio_power_w : float
+        Power drawn by the radio while transmitting [W]. Default 2.0 W: an assumed figure
+        of the order of a 4-element 28 GHz RF front end plus baseband; not measured here.
+    compute_power_w : float
+        Power drawn by the compute device while running encoders/decoders [W]. Default
+        7.0 W: the lowest power mode of an NVIDIA Jetson Orin Nano (7 W / 15 W modes,
+        NVIDIA Jetson Orin Nano datasheet), the device of the paper's prototype.
+    radio_power_source : str
+        Where ``radio_power_w`` comes from (stored with the results).
+    compute_power_source : str
+        Where ``compute_power_w`` comes from (stored with the results).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    radio_power_w: float = Field(2.0, gt=0)
+    compute_power_w: float = Field(7.0, gt=0)
+    radio_power_source: str = (
+        "assumption: order of magnitude of a 4-antenna 28 GHz RF front end + baseband"
+    )
+    compute_power_source: str = "NVIDIA Jetson Orin Nano datasheet, 7 W power mode"
+
+
+class BitBaselineSpec(BaseModel):
+    """Bit-level baseline: quantized features -> 5G LDPC -> QAM -> MIMO -> decode -> classify.
+
+    Attributes
+    ----------
+    feature_dim : int
+        Real features per task before quantization.
+    quantization_bits : int
+        Bits per feature (uniform quantizer on [-1, 1]).
+    ldpc_code_rate : float
+        5G NR LDPC code rate k/n, in (0, 1).
+    qam_bits_per_symbol : int
+        Bits per QAM symbol (2 = QPSK, 4 = 16-QAM, 6 = 64-QAM).
+    ldpc_num_iterations : int
+        Belief-propagation iterations of the LDPC decoder.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    feature_dim: int = Field(16, ge=1, le=256)
+    quantization_bits: int = Field(4, ge=1, le=16)
+    ldpc_code_rate: float = Field(0.5, gt=0.0, lt=1.0)
+    qam_bits_per_symbol: Literal[2, 4, 6, 8] = 4
+    ldpc_num_iterations: int = Field(20, ge=1, le=200)
+
+
+class SemanticMuxSpec(BaseModel):
+    """Semantic multiplexing of K tasks over a MIMO mmWave link, with two baselines.
+
+    See ``experiments/semantic_mux.yaml`` for every key with a comment. Lists such as
+    ``num_tasks_list`` and ``snr_db_list`` are sweeps; everything else is a single value.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # --- run size -----------------------------------------------------------------------
+    quick: bool = False
+    device: str = "auto"
+
+    # --- channel / numerology ------------------------------------------------------------
+    carrier_frequency_hz: float = Field(28e9, ge=0.5e9, le=100e9)
+    subcarrier_spacing_hz: float = 120e3
+    num_resource_blocks: int = Field(66, ge=1, le=275)
+    num_tx_antennas: int = Field(4, ge=1, le=16)
+    num_rx_antennas: int = Field(4, ge=1, le=16)
+    channel_model: Literal["cdl", "tdl", "flat"] = "cdl"
+    channel_profile: Literal["A", "B", "C", "D", "E"] = "C"
+    delay_spread_s: float = Field(30e-9, gt=0, le=5e-6)
+    max_speed_mps: float = Field(3.0, ge=0, le=500)
+    flat_correlation: float = Field(0.0, ge=0.0, lt=1.0)
+    train_channel: Literal["same", "flat"] = "same"
+    channel_bank_size: int = Field(4096, ge=64)
+    subcarriers_per_block: int = Field(12, ge=1, le=3300)
+
+    # --- tasks -----------------------------------------------------------------------------
+    tasks: tuple[str, ...] = DIGITS_TASKS
+    num_tasks_list: tuple[int, ...] = (2, 4, 8)
+    cifar10_dir: str | None = None
+    text_csv_path: str | None = None
+
+    # --- semantic multiplexer ------------------------------------------------------------
+    mux_channel_uses: int = Field(8, ge=1, le=4096)
+    latent_dim: int = Field(32, ge=2, le=1024)
+    hidden_dim: int = Field(128, ge=8, le=4096)
+    vib_beta: float = Field(1e-3, ge=0.0)
+
+    # --- baseline (a): orthogonal semantic streams -------------------------------------------
+    orthogonal_channel_uses_per_task: int = Field(8, ge=1, le=4096)
+
+    # --- baseline (b): bit level --------------------------------------------------------------
+    bit_baseline: BitBaselineSpec = BitBaselineSpec()
+
+    # --- training -------------------------------------------------------------------------
+    train_steps: int = Field(1500, ge=1)
+    quick_train_steps: int = Field(250, ge=1)
+    batch_size: int = Field(128, ge=2)
+    learning_rate: float = Field(2e-3, gt=0, le=1.0)
+    train_snr_min_db: float = -5.0
+    train_snr_max_db: float = 20.0
+
+    # --- evaluation -----------------------------------------------------------------------
+    snr_db_list: tuple[float, ...] = (-5.0, 0.0, 5.0, 10.0, 15.0, 20.0)
+    eval_channel_draws: int = Field(2, ge=1, le=100)
+    quick_eval_samples: int = Field(200, ge=10)
+    latency_batch_size: int = Field(1, ge=1)
+
+    # --- energy (modelled) ------------------------------------------------------------------
+    energy: EnergyModelSpec = EnergyModelSpec()
+
+    @field_validator("subcarrier_spacing_hz")
+    @classmethod
+    def _check_scs(cls, v: float) -> float:
+        if v not in NR_SUBCARRIER_SPACINGS_HZ:
+            raise ValueError(
+                f"subcarrier_spacing_hz must be an NR numerology, one of "
+                f"{[int(s) for s in NR_SUBCARRIER_SPACINGS_HZ]}, got {v}"
+            )
+        return v
+
+    @field_validator("tasks")
+    @classmethod
+    def _check_tasks(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [t for t in v if t not in KNOWN_TASKS]
+        if unknown:
+            raise ValueError(f"tasks: unknown task(s) {unknown}; allowed: {list(KNOWN_TASKS)}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"tasks: each task may appear once, got {list(v)}")
+        if not v:
+            raise ValueError("tasks: at least one task is required")
+        return v
+
+    @field_validator("num_tasks_list")
+    @classmethod
+    def _check_num_tasks(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v or any(k < 1 for k in v):
+            raise ValueError(f"num_tasks_list: needs positive task counts, got {list(v)}")
+        return tuple(sorted(set(v)))
+
+    @field_validator("snr_db_list")
+    @classmethod
+    def _check_snr(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if not v:
+            raise ValueError("snr_db_list: at least one SNR [dB] is required")
+        if any(s < -30 or s > 60 for s in v):
+            raise ValueError(f"snr_db_list: values must lie in [-30, 60] dB, got {list(v)}")
+        return tuple(sorted(v))
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> SemanticMuxSpec:
+        errors = []
+        if max(self.num_tasks_list) > len(self.tasks):
+            errors.append(
+                f"num_tasks_list: largest K={max(self.num_tasks_list)} exceeds the "
+                f"{len(self.tasks)} task(s) listed in tasks"
+            )
+        if "cifar10" in self.tasks and not self.cifar10_dir:
+            errors.append("cifar10_dir: required when tasks contains 'cifar10'")
+        if "text_sentiment" in self.tasks and not self.text_csv_path:
+            errors.append("text_csv_path: required when tasks contains 'text_sentiment'")
+        if self.train_snr_min_db > self.train_snr_max_db:
+            errors.append(
+                f"train_snr_min_db: {self.train_snr_min_db} exceeds train_snr_max_db "
+                f"{self.train_snr_max_db}"
+            )
+        if self.channel_model == "flat" and self.train_channel != "same":
+            errors.append("train_channel: must be 'same' when channel_model is 'flat'")
+        if errors:
+            raise ValueError("; ".join(errors))
+        return self
+
+    @property
+    def effective_train_steps(self) -> int:
+        """Training steps after applying :attr:`quick`."""
+        return self.quick_train_steps if self.quick else self.train_steps

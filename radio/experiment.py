@@ -1,0 +1,291 @@
+"""Runner of the semantic-multiplexing experiment (issue 6): ``run_semantic_mux``.
+
+For every K in ``num_tasks_list`` it trains three schemes on the first K tasks, through the
+configured channel (a bank of Sionna realisations), and evaluates them on fresh
+realisations at every SNR of ``snr_db_list``:
+
+* ``semantic_mux``: K tasks merged into ONE representation on S streams x L channel uses;
+* ``orthogonal``: baseline (a), one semantic stream per task, streams then time slots;
+* ``bit_level``: baseline (b), quantised features, 5G LDPC, QAM, LMMSE, decode.
+
+It writes ``results.json``, ``results.csv`` and three PNG plots to ``out_dir``, reports
+every metric row through ``report`` and returns a summary. Every row has ``kind``:
+``measured`` (accuracy on the simulated channel, compute time, channel-use counts) or
+``modelled`` (airtime from the numerology, latency including airtime, energy).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import pathlib
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+from radio.config import SemanticMuxSpec
+
+__all__ = ["run_semantic_mux", "SCHEMES"]
+
+SCHEMES = ("semantic_mux", "orthogonal", "bit_level")
+
+
+def _build(scheme: str, spec: SemanticMuxSpec, tasks, channel):
+    from radio.baselines import BitLevelSystem, OrthogonalStreamsSystem
+    from radio.semantic import SemanticMuxSystem
+
+    dims = [t.input_dim for t in tasks]
+    cls = [t.num_classes for t in tasks]
+    s = spec.num_tx_antennas
+    vib = spec.vib_beta > 0
+    if scheme == "semantic_mux":
+        return SemanticMuxSystem(
+            dims, cls, spec.latent_dim, spec.hidden_dim, s, spec.mux_channel_uses, vib, channel
+        )
+    if scheme == "orthogonal":
+        return OrthogonalStreamsSystem(
+            dims, cls, spec.latent_dim, spec.hidden_dim, s,
+            spec.orthogonal_channel_uses_per_task, vib, channel,
+        )
+    b = spec.bit_baseline
+    return BitLevelSystem(
+        dims, cls, b.feature_dim, spec.hidden_dim, b.quantization_bits, b.ldpc_code_rate,
+        b.qam_bits_per_symbol, b.ldpc_num_iterations, s, channel,
+    )
+
+
+def _measure_compute_s(system, data, h, batch: int, reps: int) -> dict:
+    """Median wall time [s] per inference of transmit and receive processing (measured).
+
+    The channel itself (simulation) and the LMMSE equaliser (identical for all schemes)
+    are excluded; encoders, multiplexer/precoder, LDPC encoding, QAM mapping, demapping,
+    LDPC decoding, demultiplexer and task heads are included.
+    """
+    import torch
+
+    from radio.channel import snr_db_to_no
+
+    xs, _ = data.test_batch(0, batch)
+    no = snr_db_to_no(torch.full((batch,), 10.0, device=h.device))
+    tx_t, rx_t = [], []
+    with torch.no_grad():
+        for r in range(reps + 1):
+            t0 = time.perf_counter()
+            out = system.transmit(xs)
+            t1 = time.perf_counter()
+            sym = out[0] if isinstance(out, tuple) else out
+            rx = system.propagate(sym, h[:batch], no)
+            t2 = time.perf_counter()
+            system.receive(rx)
+            t3 = time.perf_counter()
+            if r:  # the first repetition warms up
+                tx_t.append((t1 - t0) / batch)
+                rx_t.append((t3 - t2) / batch)
+    return {"tx_s": statistics.median(tx_t), "rx_s": statistics.median(rx_t)}
+
+
+def run_semantic_mux(
+    spec: SemanticMuxSpec,
+    seed: int,
+    out_dir: pathlib.Path,
+    report: Callable[[dict], None] | None = None,
+    progress: Callable[[str, float], None] | None = None,
+) -> dict:
+    """Run the experiment; write results.json, results.csv and PNG plots into ``out_dir``.
+
+    Parameters
+    ----------
+    spec : SemanticMuxSpec
+        Validated configuration.
+    seed : int
+        Seed of the single random source (channels, noise, data order, weights).
+    out_dir : pathlib.Path
+        Output folder (created if missing).
+    report : callable(dict) or None
+        Called once per metric row with ``{"name", "value", "step", "node", "tags"}``.
+    progress : callable(str, float) or None
+        Called with a description and the fraction done in [0, 1].
+
+    Returns
+    -------
+    dict
+        Summary: headline ratios, accuracy drop, paths of the files written, wall time.
+    """
+    import torch
+
+    from radio.channel import MIMOChannel
+    from radio.energy import EnergyModel
+    from radio.numerology import Numerology
+    from radio.plots import plot_all
+    from radio.runtime import resolve_runtime
+    from radio.tasks import build_task
+    from radio.train import TaskTensors, TrainConfig, evaluate_system, train_system
+
+    t_start = time.perf_counter()
+    out_dir = pathlib.Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    say = progress or (lambda _d, _f: None)
+    rt = resolve_runtime(seed, None if spec.device == "auto" else spec.device)
+    gen = rt.generator()
+    num = Numerology(spec.subcarrier_spacing_hz, spec.num_resource_blocks)
+    energy = EnergyModel(spec.energy.radio_power_w, spec.energy.compute_power_w)
+
+    def make_channel(model: str) -> MIMOChannel:
+        return MIMOChannel(
+            model, spec.channel_profile, spec.carrier_frequency_hz, num, spec.num_tx_antennas,
+            spec.num_rx_antennas, spec.delay_spread_s, spec.max_speed_mps,
+            spec.subcarriers_per_block, spec.flat_correlation, device=rt.device,
+        )
+
+    channel = make_channel(spec.channel_model)
+    train_channel = channel if spec.train_channel == "same" else make_channel("flat")
+
+    k_max = max(spec.num_tasks_list)
+    say("loading tasks", 0.0)
+    tasks = [build_task(n, seed, spec.cifar10_dir, spec.text_csv_path) for n in spec.tasks[:k_max]]
+    data_all = TaskTensors(tasks, rt.device, gen)
+
+    # Channel banks. Blocks must hold the largest scheme's channel uses.
+    s = spec.num_tx_antennas
+    max_orth = math.ceil(k_max / s) * spec.orthogonal_channel_uses_per_task
+    probe_bits = _build("bit_level", spec, tasks, channel).channel_uses()
+    t_train = channel.num_ofdm_symbols(max(spec.mux_channel_uses, max_orth))
+    t_eval = channel.num_ofdm_symbols(max(spec.mux_channel_uses, max_orth, probe_bits))
+    n_eval = min(data_all.num_test, spec.quick_eval_samples) if spec.quick else data_all.num_test
+    draws = 1 if spec.quick else spec.eval_channel_draws
+    bank_size = min(spec.channel_bank_size, 1024) if spec.quick else spec.channel_bank_size
+    say(f"drawing {bank_size} training channel blocks ({spec.channel_model})", 0.02)
+    h_train = train_channel.generate(bank_size, t_train)
+    say(f"drawing {n_eval * draws} evaluation channel blocks", 0.05)
+    h_eval = channel.generate(n_eval * draws, t_eval)
+
+    cfg = TrainConfig(
+        spec.effective_train_steps, spec.batch_size, spec.learning_rate,
+        spec.train_snr_min_db, spec.train_snr_max_db, spec.vib_beta,
+    )
+    rows: list[dict] = []
+
+    def emit(name, value, kind, unit, scheme, k, snr=None, task=None):
+        row = {"name": name, "value": float(value), "kind": kind, "unit": unit,
+               "scheme": scheme, "num_tasks": k, "snr_db": snr, "task": task}
+        rows.append(row)
+        if report:
+            tags = {key: v for key, v in row.items() if key not in ("name", "value")}
+            report({"name": name, "value": float(value), "step": None, "node": None,
+                    "tags": tags})
+
+    jobs = [(k, sc) for k in spec.num_tasks_list for sc in SCHEMES]
+    per_scheme: dict[tuple[int, str], dict] = {}
+    for j, (k, scheme) in enumerate(jobs):
+        base = 0.08 + 0.9 * j / len(jobs)
+        span = 0.9 / len(jobs)
+        data = data_all.subset(k)
+        system = _build(scheme, spec, tasks[:k], train_channel).to(rt.device)
+        desc = f"training {scheme}, K={k}"
+        say(desc, base)
+        tr = train_system(
+            system, data, cfg, h_train, gen,
+            progress=lambda f, d=desc, b=base, sp=span: say(d, b + 0.7 * sp * f),
+        )
+        system.channel = channel
+        emit("train_time_s", tr["train_time_s"], "measured", "s", scheme, k)
+        emit("train_final_loss", tr["final_loss"], "measured", "nats", scheme, k)
+        say(f"evaluating {scheme}, K={k}", base + 0.7 * span)
+        acc_by_snr = {}
+        for snr in spec.snr_db_list:
+            acc = evaluate_system(system, data, h_eval, snr, n_eval, draws)
+            acc_by_snr[snr] = acc
+            for t, a in zip(tasks[:k], acc, strict=True):
+                emit("accuracy", a, "measured", "fraction", scheme, k, snr, t.name)
+            emit("mean_accuracy", sum(acc) / k, "measured", "fraction", scheme, k, snr)
+        comp = _measure_compute_s(system, data, h_eval, spec.latency_batch_size,
+                                  reps=5 if spec.quick else 20)
+        uses = system.channel_uses()
+        load = uses * system.active_streams()
+        air = num.airtime_s(uses)
+        compute_s = comp["tx_s"] + comp["rx_s"]
+        m = {
+            "channel_uses": uses, "load_symbols": load, "airtime_s": air,
+            "compute_tx_s": comp["tx_s"], "compute_rx_s": comp["rx_s"], "compute_s": compute_s,
+            "latency_s": energy.latency_s(air, compute_s),
+            "energy_j": energy.energy_j(air, compute_s),
+            "accuracy": acc_by_snr,
+        }
+        per_scheme[(k, scheme)] = m
+        emit("channel_uses", uses, "measured", "REs per inference", scheme, k)
+        emit("communication_load_symbols", load, "measured", "complex symbols per inference",
+             scheme, k)
+        emit("airtime_s", air, "modelled", "s", scheme, k)
+        emit("compute_tx_s", comp["tx_s"], "measured", "s", scheme, k)
+        emit("compute_rx_s", comp["rx_s"], "measured", "s", scheme, k)
+        emit("compute_latency_s", compute_s, "measured", "s", scheme, k)
+        emit("latency_s", m["latency_s"], "modelled", "s", scheme, k)
+        emit("energy_j", m["energy_j"], "modelled", "J", scheme, k)
+        del system
+
+    # Ratios baseline / semantic mux (> 1 means the mux is better).
+    ratios = {}
+    for k in spec.num_tasks_list:
+        mux = per_scheme[(k, "semantic_mux")]
+        for base in ("orthogonal", "bit_level"):
+            b = per_scheme[(k, base)]
+            for key, kind in (("latency_s", "modelled"), ("energy_j", "modelled"),
+                              ("load_symbols", "measured"), ("channel_uses", "measured"),
+                              ("airtime_s", "modelled"), ("compute_s", "measured")):
+                r = b[key] / mux[key] if mux[key] > 0 else math.nan
+                ratios[(k, base, key)] = r
+                emit(f"ratio_{key}", r, kind, f"{base} / semantic_mux", base, k)
+            for snr in spec.snr_db_list:
+                d = (sum(mux["accuracy"][snr]) - sum(b["accuracy"][snr])) / k
+                emit("accuracy_gain_vs_baseline", d, "measured", "fraction (mux - baseline)",
+                     base, k, snr)
+
+    # Accuracy drop of the first task (image classification) from smallest to largest K.
+    k_lo, k_hi = min(spec.num_tasks_list), max(spec.num_tasks_list)
+    drop = {}
+    for snr in spec.snr_db_list:
+        a_lo = per_scheme[(k_lo, "semantic_mux")]["accuracy"][snr][0]
+        a_hi = per_scheme[(k_hi, "semantic_mux")]["accuracy"][snr][0]
+        drop[snr] = a_lo - a_hi
+        emit("first_task_accuracy_drop", a_lo - a_hi, "measured",
+             f"fraction, K={k_lo} minus K={k_hi}", "semantic_mux", k_hi, snr, tasks[0].name)
+
+    say("plotting", 0.99)
+    plots = plot_all(rows, spec, tasks, out_dir)
+    meta = {
+        "seed": seed,
+        "spec": spec.model_dump(mode="json"),
+        "runtime": {"device": rt.device, "reason": rt.reason, "dtype": "float32"},
+        "machine": {"platform": platform.platform(), "processor": platform.processor(),
+                    "python": platform.python_version(), "torch": torch.__version__,
+                    "torch_threads": torch.get_num_threads()},
+        "numerology": {"subcarrier_spacing_hz": num.subcarrier_spacing_hz, "mu": num.mu,
+                       "num_subcarriers": num.num_subcarriers, "bandwidth_hz": num.bandwidth_hz,
+                       "symbol_rate_per_s": num.symbol_rate_per_s},
+        "energy_model": {"formula": "energy_j = radio_power_w * airtime_s + "
+                                    "compute_power_w * compute_s",
+                         **spec.energy.model_dump(), "kind": "modelled"},
+        "tasks": [{"name": t.name, "num_classes": t.num_classes,
+                   "chance_accuracy": t.chance_accuracy, "num_test": len(t.y_test)}
+                  for t in tasks],
+        "eval": {"samples_per_task": n_eval, "channel_draws": draws,
+                 "train_steps": cfg.steps, "bank_size": bank_size},
+    }
+    wall = time.perf_counter() - t_start
+    summary = {
+        "kind_note": "ratios are baseline / semantic_mux; see rows for kinds",
+        "ratios": {f"K={k} {b} {key}": v for (k, b, key), v in ratios.items()},
+        "first_task_accuracy_drop": {str(snr): v for snr, v in drop.items()},
+        "wall_time_s": wall,
+        "files": ["results.json", "results.csv", *plots],
+    }
+    with (out_dir / "results.json").open("w") as fh:
+        json.dump({"meta": meta, "summary": summary, "rows": rows}, fh, indent=1)
+    with (out_dir / "results.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    say("done", 1.0)
+    return summary

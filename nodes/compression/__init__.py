@@ -15,4 +15,9 @@ Modules (import them explicitly; this package imports nothing at import time):
 - ``nodes.compression.cost_model``: MODELLED engine time/energy.
 - ``nodes.compression.codec``: ``encode_update`` / ``decode_update`` for FL uplinks.
 - ``nodes.compression.experiment``: ``run_compress`` (the ``compress`` workload).
+- ``nodes.compression.bidiag`` / ``bdsqr``: the two phases of the ``two_phase`` SVD.
+- ``nodes.compression.resnet`` (ResNet-32), ``train`` (digits CNN, training loops),
+  ``data`` (sklearn digits, local CIFAR-10 batches).
+
+``python -m nodes.compression experiments/tt_edge.yaml`` runs the workload stand-alone.
 """

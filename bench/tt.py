@@ -13,8 +13,9 @@ Weights: ResNet-32 trained ``--train-steps`` on sklearn digits upsampled to 3x32
 (not CIFAR-10: none is downloaded), and its random (Kaiming) init for comparison.
 
 Run: ``nice -n 15 .venv/bin/python bench/tt.py [--repeats 15] [--train-steps 150]``.
-Timings are wall clock with 1 torch/BLAS thread; the load average is printed beside them
-(the machine is shared: compare ratios from one run, not absolute seconds across runs).
+Timings are wall clock (and, for the TensorLy comparison, process CPU time too, which a
+shared machine's load disturbs less) with 1 torch/BLAS thread; the load average is
+printed beside them. Compare ratios from one run, not absolute seconds across runs.
 """
 
 from __future__ import annotations
@@ -112,8 +113,9 @@ def vs_tensorly(tensors: list[torch.Tensor], repeats: int) -> list[dict]:
             tl.set_backend("numpy")
             return out
 
-        def decomp_only(fn_name: str, r: int = r) -> float:
+        def decomp_only(fn_name: str, r: int = r) -> tuple[float, float]:
             t0 = time.perf_counter()
+            c0 = time.process_time()
             if fn_name == "ours":
                 for t in tensors:
                     tt_svd(t, None, r)
@@ -126,16 +128,20 @@ def vs_tensorly(tensors: list[torch.Tensor], repeats: int) -> list[dict]:
                 for t in tensors:
                     tensor_train(t, r)
                 tl.set_backend("numpy")
-            return time.perf_counter() - t0
+            return time.perf_counter() - t0, time.process_time() - c0
 
         times: dict[str, list[float]] = {"ours": [], "tl_numpy": [], "tl_torch": []}
+        cpu: dict[str, list[float]] = {k: [] for k in times}
         for name in times:
             decomp_only(name)  # warm-up
         for _ in range(repeats):
             for name in times:  # interleaved so load changes hit all three alike
-                times[name].append(decomp_only(name))
+                wall, cpu_s = decomp_only(name)
+                times[name].append(wall)
+                cpu[name].append(cpu_s)
         med = {k: statistics.median(v) for k, v in times.items()}
         best = {k: min(v) for k, v in times.items()}
+        cpu_med = {k: statistics.median(v) for k, v in cpu.items()}
         e_ours = model_error(tensors, ours())
         e_np = model_error(tensors, tl_numpy())
         e_pt = model_error(tensors, tl_torch())
@@ -145,6 +151,8 @@ def vs_tensorly(tensors: list[torch.Tensor], repeats: int) -> list[dict]:
             "ratio_vs_tensorly_numpy": med["ours"] / med["tl_numpy"],
             "ratio_vs_tensorly_torch": med["ours"] / med["tl_torch"],
             "ratio_vs_tensorly_numpy_min": best["ours"] / best["tl_numpy"],
+            "cpu_ratio_vs_tensorly_numpy": cpu_med["ours"] / cpu_med["tl_numpy"],
+            "cpu_ratio_vs_tensorly_torch": cpu_med["ours"] / cpu_med["tl_torch"],
             "ours_err": e_ours[0], "tensorly_numpy_err": e_np[0], "tensorly_torch_err": e_pt[0],
             "ours_max_layer_err": e_ours[1], "tensorly_max_layer_err": e_np[1],
         })
@@ -244,7 +252,8 @@ def main() -> None:
               f"(median of {args.repeats})")
         print(md_table(rows, ["max_rank", "ours_s", "tensorly_numpy_s", "tensorly_torch_s",
                               "ratio_vs_tensorly_numpy", "ratio_vs_tensorly_torch",
-                              "ratio_vs_tensorly_numpy_min",
+                              "ratio_vs_tensorly_numpy_min", "cpu_ratio_vs_tensorly_numpy",
+                              "cpu_ratio_vs_tensorly_torch",
                               "ours_err", "tensorly_numpy_err", "tensorly_torch_err"]))
     rows = backends_per_size(trained, 16, max(5, args.repeats // 3))
     result["backends"] = rows

@@ -7,6 +7,7 @@ Every key has a default; see ``experiments/tt_edge.yaml`` for a commented exampl
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -58,8 +59,9 @@ class CompressSpec(BaseModel):
         Cap on CIFAR-10 samples per split.
     engine_profile : str
         MODELLED device for the engine cost table (see ``cost_model.PROFILES``).
-    engine_overrides : dict[str, float]
-        Replace profile parameters by name.
+    engine_overrides : tuple[tuple[str, float], ...]
+        Replace profile parameters by name; written as a mapping in YAML, stored as sorted
+        (name, value) pairs so the frozen spec stays hashable.
     model_engine_cost : bool
         Count SVD FLOPs per phase (two_phase back-end) for the modelled engine table.
     torch_threads : int
@@ -88,7 +90,7 @@ class CompressSpec(BaseModel):
     train_limit: int | None = Field(default=5000, ge=1)
     test_limit: int | None = Field(default=1000, ge=1)
     engine_profile: str = "riscv-edge-ttd"
-    engine_overrides: dict[str, float] = Field(default_factory=dict)
+    engine_overrides: tuple[tuple[str, float], ...] = ()
     model_engine_cost: bool = True
     torch_threads: int = Field(default=1, ge=1, le=64)
     quick: bool = False
@@ -119,9 +121,17 @@ class CompressSpec(BaseModel):
             raise ValueError(f"engine_profile {v!r} unknown; allowed: {sorted(PROFILES)}")
         return v
 
+    @field_validator("engine_overrides", mode="before")
+    @classmethod
+    def _overrides_pairs(cls, v: object) -> object:
+        if isinstance(v, Mapping):
+            return tuple(sorted(v.items()))
+        return v
+
     @field_validator("engine_overrides")
     @classmethod
-    def _overrides(cls, v: dict[str, float]) -> dict[str, float]:
+    def _overrides(cls, pairs: tuple[tuple[str, float], ...]) -> tuple[tuple[str, float], ...]:
+        v = dict(pairs)
         unknown = sorted(set(v) - set(NUMERIC_FIELDS))
         if unknown:
             raise ValueError(
@@ -130,7 +140,7 @@ class CompressSpec(BaseModel):
         bad = {k: x for k, x in v.items() if not x > 0}
         if bad:
             raise ValueError(f"engine_overrides values must be > 0; got {bad}")
-        return v
+        return pairs
 
     @model_validator(mode="after")
     def _dataset_needs(self) -> CompressSpec:

@@ -178,7 +178,7 @@ def _run(spec: CompressSpec, seed: int, out_dir: pathlib.Path, emit: Report,
     tr = train_steps(model, train, steps, spec.train_lr, spec.batch_size, seed, max_s)
     acc0 = accuracy(model, test)
     _metric(emit, "accuracy_before", acc0, None, kind="measured")
-    profile = get_profile(spec.engine_profile, spec.engine_overrides)
+    profile = get_profile(spec.engine_profile, dict(spec.engine_overrides))
     rows: list[dict] = []
     layer_rows: list[dict] = []
     n = len(spec.eps_list)

@@ -11,6 +11,10 @@ def test_defaults_valid_and_frozen():
     assert s.resolved_model() == "digits_cnn" and s.dataset == "digits"
     with pytest.raises(ValidationError):
         s.quick = True  # frozen
+    assert hash(s) == hash(CompressSpec())
+    o = CompressSpec(engine_overrides={"engine_power_w": 0.6, "baseline_power_w": 0.5})
+    assert dict(o.engine_overrides) == {"engine_power_w": 0.6, "baseline_power_w": 0.5}
+    assert CompressSpec(**o.model_dump()) == o  # dump -> load round trip
 
 
 @pytest.mark.parametrize(

@@ -181,6 +181,8 @@ def evaluate_system(
     system.eval()
     correct = torch.zeros(len(data.tasks))
     n = min(num_samples, data.num_test)
+    if h_eval.shape[0] < n * draws:
+        raise ValueError(f"h_eval holds {h_eval.shape[0]} blocks, needs {n} x {draws} draws")
     for d in range(draws):
         for s in range(0, n, chunk):
             e = min(n, s + chunk)

@@ -8,6 +8,8 @@
    time split by phase (gebrd / orgbr / bdsqr).
 3. MODELLED GEMM-only vs engine time/energy for compressing ResNet-32, from FLOPs per
    phase counted by two_phase; the paper's 1.7x / 40.2 % shown as reference only.
+4. FL uplink codec on the digits CNN: bytes, error, encode/decode time and accuracy of the
+   decoded model, for full weights and for a local update (delta after 20 local steps).
 
 Weights: ResNet-32 trained ``--train-steps`` on sklearn digits upsampled to 3x32x32
 (not CIFAR-10: none is downloaded), and its random (Kaiming) init for comparison.
@@ -35,6 +37,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
+from nodes.compression.codec import decode_update, encode_update, encoded_nbytes  # noqa: E402
 from nodes.compression.cost_model import (  # noqa: E402
     PAPER_REFERENCE,
     get_profile,
@@ -44,7 +47,7 @@ from nodes.compression.data import load_digits_split  # noqa: E402
 from nodes.compression.resnet import resnet32  # noqa: E402
 from nodes.compression.svd import SvdStats  # noqa: E402
 from nodes.compression.tensorize import plan_for  # noqa: E402
-from nodes.compression.train import train_steps  # noqa: E402
+from nodes.compression.train import DigitsCNN, accuracy, train_steps  # noqa: E402
 from nodes.compression.tt import tt_svd  # noqa: E402
 
 RANKS = (4, 8, 16)
@@ -220,6 +223,44 @@ def engine_model(tensors: list[torch.Tensor]) -> list[dict]:
     return rows
 
 
+def codec_table(seed: int) -> list[dict]:
+    """Codec on a trained digits CNN: full weights and a 20-step local update."""
+    torch.manual_seed(seed)
+    tr, te = load_digits_split(0.25, seed)
+    model = DigitsCNN()
+    train_steps(model, tr, 600, 3e-3, 64, seed)
+    w0 = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    train_steps(model, tr, 20, 1e-3, 64, seed + 1)
+    w1 = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    delta = {k: w1[k] - w0[k] if np.issubdtype(w1[k].dtype, np.floating) else w1[k]
+             for k in w1}
+    acc_full = accuracy(model, te)
+    rows = []
+    for what, arrays in (("weights", w1), ("update", delta)):
+        raw = sum(a.nbytes for a in arrays.values())
+        for eps in (0.1, 0.3, 0.5, 0.7, 0.9):
+            t0 = time.perf_counter()
+            enc = encode_update(arrays, eps, None, 1024)
+            t1 = time.perf_counter()
+            dec = decode_update(enc)
+            t2 = time.perf_counter()
+            errs = [float(np.linalg.norm(dec[k] - a) / np.linalg.norm(a))
+                    for k, a in arrays.items() if f"{k}@tt/core0" in enc]
+            rebuilt = dec if what == "weights" else {
+                k: (w0[k] + dec[k]) if np.issubdtype(w0[k].dtype, np.floating) else dec[k]
+                for k in dec}
+            probe = DigitsCNN()
+            probe.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in rebuilt.items()})
+            rows.append({
+                "payload": what, "eps": eps, "raw_bytes": raw,
+                "encoded_bytes": encoded_nbytes(enc), "ratio": raw / encoded_nbytes(enc),
+                "tensors_tt": len(errs), "max_rel_err": max(errs, default=0.0),
+                "encode_ms": 1e3 * (t1 - t0), "decode_ms": 1e3 * (t2 - t1),
+                "acc_decoded": accuracy(probe, te), "acc_uncompressed": acc_full,
+            })
+    return rows
+
+
 def md_table(rows: list[dict], cols: list[str], fmt: str = "{:.4g}") -> str:
     """Markdown table of ``cols``."""
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -276,6 +317,12 @@ def main() -> None:
                           "speedup_x", "energy_saving_pct",
                           "baseline_diag_gflops_for_paper_1.7x"]))
     print(f"Paper reference (not our result): {PAPER_REFERENCE}")
+    rows = codec_table(args.seed)
+    result["codec"] = rows
+    print("\n## FL uplink codec, digits CNN (measured)")
+    print(md_table(rows, ["payload", "eps", "raw_bytes", "encoded_bytes", "ratio", "tensors_tt",
+                          "max_rel_err", "encode_ms", "decode_ms", "acc_decoded",
+                          "acc_uncompressed"]))
     print(f"\nbench wall time {time.perf_counter() - t0:.1f} s; "
           f"load average at end: {os.getloadavg()}")
     result["load_end"] = os.getloadavg()

@@ -230,6 +230,7 @@ def codec_table(seed: int) -> list[dict]:
     model = DigitsCNN()
     train_steps(model, tr, 600, 3e-3, 64, seed)
     w0 = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    acc_w0 = accuracy(model, te)  # before the local update: what dropping it entirely gives
     train_steps(model, tr, 20, 1e-3, 64, seed + 1)
     w1 = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
     delta = {k: w1[k] - w0[k] if np.issubdtype(w1[k].dtype, np.floating) else w1[k]
@@ -257,6 +258,7 @@ def codec_table(seed: int) -> list[dict]:
                 "tensors_tt": len(errs), "max_rel_err": max(errs, default=0.0),
                 "encode_ms": 1e3 * (t1 - t0), "decode_ms": 1e3 * (t2 - t1),
                 "acc_decoded": accuracy(probe, te), "acc_uncompressed": acc_full,
+                "acc_without_update": acc_w0,
             })
     return rows
 
@@ -322,7 +324,7 @@ def main() -> None:
     print("\n## FL uplink codec, digits CNN (measured)")
     print(md_table(rows, ["payload", "eps", "raw_bytes", "encoded_bytes", "ratio", "tensors_tt",
                           "max_rel_err", "encode_ms", "decode_ms", "acc_decoded",
-                          "acc_uncompressed"]))
+                          "acc_uncompressed", "acc_without_update"]))
     print(f"\nbench wall time {time.perf_counter() - t0:.1f} s; "
           f"load average at end: {os.getloadavg()}")
     result["load_end"] = os.getloadavg()

@@ -12,7 +12,6 @@ import copy
 import csv
 import importlib
 import json
-import math
 import pathlib
 import time
 from collections.abc import Callable
@@ -245,7 +244,7 @@ def _write(out_dir: pathlib.Path, spec: CompressSpec, seed: int, model_name: str
                          "paper_reference_not_our_result": PAPER_REFERENCE},
         "versions": {"torch": torch.__version__},
     }
-    (out_dir / "results.json").write_text(json.dumps(record, indent=2, default=_json_default))
+    (out_dir / "results.json").write_text(json.dumps(record, indent=2, default=str))
     with open(out_dir / "results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
         w.writeheader()
@@ -258,8 +257,3 @@ def _write(out_dir: pathlib.Path, spec: CompressSpec, seed: int, model_name: str
     files = ["results.json", "results.csv"] + (["layers.csv"] if layer_rows else [])
     return files + _plot(rows, out_dir, f"{model_name} on {spec.dataset}")
 
-
-def _json_default(obj: object) -> object:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)
-    return str(obj)

@@ -101,13 +101,36 @@ def run_superlink(port: int, host: str = "127.0.0.1", database: str | None = Non
     return child.wait()
 
 
-def _prewarm() -> None:
-    import nodes.fl.client_app  # noqa: F401  (torch, flwr, sklearn)
-    import nodes.fl.task  # noqa: F401
+def _prewarm(ready_file: str | None, node_config: dict[str, object]) -> None:
+    """Import the ClientApp's stack once; then signal readiness through ``ready_file``."""
+    import numpy as np
+    import sklearn.datasets  # noqa: F401
+    import torch
+
+    import nodes.fl.client_app  # noqa: F401  (flwr's ClientApp stack)
+    from nodes.data.datasets import Dataset
+    from nodes.fl import task
+    from nodes.fl.config import FLSpec
+    from nodes.models import build_model
+
+    torch.set_num_threads(1)
+    # One tiny training step per optimizer: the first autograd pass and optimizer step
+    # initialise kernels and lazy imports (~1.5 s), which would otherwise hit round 1.
+    data = Dataset(np.zeros((4, 1, 8, 8), np.float32), np.zeros(4, np.int64), 10)
+    for opt in ("sgd", "adam"):
+        task.train(build_model("cnn", (1, 8, 8), 10), data, FLSpec(optimizer=opt), 0)
+
+    if ready_file:
+        Path(ready_file).parent.mkdir(parents=True, exist_ok=True)
+        Path(ready_file).write_text(str(os.getpid()))
 
 
 def run_supernode(
-    superlink: str, port: int, node_config: dict[str, object], warm: bool = True
+    superlink: str,
+    port: int,
+    node_config: dict[str, object],
+    warm: bool = True,
+    ready_file: str | None = None,
 ) -> int:
     """Run a SuperNode plus (when ``warm``) its warm executor; return the exit code.
 
@@ -116,6 +139,7 @@ def run_supernode(
     (SIGTERM/SIGINT) stops both.
     """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll otherwise
     child = subprocess.Popen(supernode_command(superlink, port, node_config, warm), env=_env())
     if not warm:
         _forward_signals(child)
@@ -124,7 +148,7 @@ def run_supernode(
     from nodes.fl.warm_executor import WarmExecutor
 
     # Warm up while the SuperNode connects: the ClientApp's imports happen once, here.
-    threading.Thread(target=_prewarm, daemon=True).start()
+    threading.Thread(target=_prewarm, args=(ready_file, node_config), daemon=True).start()
 
     executor = WarmExecutor(f"127.0.0.1:{port}")
     _forward_signals(child, executor.stop)

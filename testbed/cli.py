@@ -189,6 +189,62 @@ def export(
 
 
 @app.command()
+def inject(
+    run_id: str,
+    kind: Annotated[str, typer.Option(help="crash|outage|partition|straggler|flapping|misconfig")],
+    node: Annotated[str | None, typer.Option(help="target node name")] = None,
+    tier: Annotated[str | None, typer.Option(help="target every client of a tier")] = None,
+    duration_s: Annotated[float | None, typer.Option(help="outage/partition seconds")] = None,
+    factor: Annotated[float | None, typer.Option(help="straggler slowdown / misconfig")] = None,
+    rounds: Annotated[int | None, typer.Option(help="rounds a straggler/misconfig lasts")] = None,
+    mode: Annotated[str | None, typer.Option(help="misconfig: lr|label-flip|noise|nan")] = None,
+    out: OutOpt = Path("runs"),
+    wait_s: float = 15.0,
+) -> None:
+    """Inject a fault into a RUNNING run now (its chaos engine applies it)."""
+    import time
+
+    from pydantic import ValidationError
+
+    from testbed.spec.models import FaultSpec
+    from testbed.store import RunStore
+
+    spec = {
+        "kind": kind,
+        "node": node,
+        "tier": tier,
+        "duration_s": duration_s,
+        "factor": factor,
+        "rounds": rounds,
+        "mode": mode,
+        "at_time_s": 0.0,
+        "phase": "during",
+    }
+    spec = {k: v for k, v in spec.items() if v is not None}
+    try:
+        FaultSpec.model_validate(spec)
+    except ValidationError as e:
+        msgs = "; ".join(
+            f"--{'.'.join(map(str, x['loc'])) or 'fault'}: {x['msg']}" for x in e.errors()
+        )
+        raise _fail(msgs.replace("Value error, ", "")) from None
+    store = RunStore(out)
+    try:
+        run = store.run(run_id)
+    except KeyError as e:
+        raise _fail(str(e.args[0])) from None
+    if run.status != "running":
+        raise _fail(f"run {run.run_id} is {run.status}, not running")
+    inj = store.add_injection(run.run_id, spec)
+    deadline = time.time() + wait_s
+    while (status := store.injection_status(inj)) == "pending" and time.time() < deadline:
+        time.sleep(0.2)
+    console.print(f"injection {inj} into {run.run_id}: {status}")
+    if status.startswith("rejected"):
+        raise typer.Exit(2)
+
+
+@app.command()
 def compose(
     file: Path,
     to: Annotated[Path, typer.Option("-o", help="output file")] = Path("docker-compose.yml"),
@@ -227,6 +283,7 @@ def node_supernode(
     port: Annotated[int, typer.Option(help="this SuperNode's Runtime API port")],
     node_config: Annotated[str, typer.Option(help="node identity as JSON")],
     cold: Annotated[bool, typer.Option(help="Flower's default cold subprocess isolation")] = False,
+    ready_file: Annotated[str | None, typer.Option(help="written once warmed up")] = None,
 ) -> None:
     """Run this node as a SuperNode (client) with the warm executor."""
     from nodes.agent import run_supernode
@@ -235,7 +292,7 @@ def node_supernode(
         cfg = json.loads(node_config)
     except json.JSONDecodeError as e:
         raise _fail(f"--node-config: not JSON: {e}") from None
-    raise typer.Exit(run_supernode(superlink, port, cfg, warm=not cold))
+    raise typer.Exit(run_supernode(superlink, port, cfg, warm=not cold, ready_file=ready_file))
 
 
 def main() -> None:

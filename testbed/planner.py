@@ -28,6 +28,7 @@ class PlannedNode:
             "node-name": self.name,
             "tier": self.tier,
             "profile": self.profile_name,
+            "speed-factor": self.profile.cpu_speed_factor,
         }
 
 

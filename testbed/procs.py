@@ -82,21 +82,24 @@ class ProcGroup:
         return total / 2**20
 
     def stop(self, name: str, timeout_s: float = 5.0) -> None:
-        """SIGTERM the process group and every known descendant; SIGKILL stragglers."""
+        """SIGTERM the process group and every known descendant; SIGKILL stragglers.
+
+        ``timeout_s=0`` kills at once with SIGKILL (a crash).
+        """
         p = self.procs.get(name)
         if p is None:
             return
         self.tree(name)
         pids = set(self._known.get(name, set()))
         try:
-            os.killpg(p.pid, signal.SIGTERM)
+            os.killpg(p.pid, signal.SIGTERM if timeout_s > 0 else signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         live = []
         for pid in pids:
             try:
                 q = psutil.Process(pid)
-                q.terminate()
+                q.terminate() if timeout_s > 0 else q.kill()
                 live.append(q)
             except psutil.NoSuchProcess:
                 pass

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import yaml
 
 from testbed.backends import get_backend
+from testbed.chaos import ChaosEngine, finalize_statuses
 from testbed.planner import Plan, make_plan
 from testbed.spec.models import Experiment
 from testbed.store import RunStore
@@ -180,6 +181,7 @@ def _run_fl(
     tail = TelemetryTail(run_dir / "telemetry.jsonl")
     peak: dict[str, float] = {}
     ended = False
+    chaos: ChaosEngine | None = None
 
     def pump() -> None:
         nonlocal ended
@@ -188,8 +190,12 @@ def _run_fl(
             store.ingest(run_id, recs)
             for r in recs:
                 ended |= r.get("kind") == "event" and r.get("name") == "run_end"
+                if chaos:
+                    chaos.on_record(r)
                 if observer:
                     observer.record(r)
+        if chaos:
+            chaos.tick()
         for name, mb in backend.rss_mb().items():
             peak[name] = max(peak.get(name, 0.0), mb)
 
@@ -199,6 +205,8 @@ def _run_fl(
         store.add_event(run_id, "fleet_starting", nodes=[n.name for n in plan.nodes])
         backend.start()
         store.add_event(run_id, "fleet_ready", superlink_port=backend.superlink_port)
+        chaos = ChaosEngine(plan, backend, store, run_id, plan.seed)
+        chaos.start()
         proc = backend.submit(
             {
                 "fl-spec": spec.model_dump_json(),
@@ -221,6 +229,7 @@ def _run_fl(
         backend.stop()
         for name, mb in peak.items():
             store.add_metric(run_id, "peak_rss_mb", mb, node=name)
+        finalize_statuses(store, run_id, plan, spec.rounds)
     return _fl_summary(store, run_id, plan, ended)
 
 

@@ -59,6 +59,13 @@ CREATE TABLE IF NOT EXISTS round_status (
     ts REAL NOT NULL,
     PRIMARY KEY (run_id, round, node)
 );
+CREATE TABLE IF NOT EXISTS injections (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    ts REAL NOT NULL,
+    spec TEXT NOT NULL,
+    status TEXT NOT NULL
+);
 CREATE INDEX IF NOT EXISTS metrics_run ON metrics(run_id, name);
 CREATE INDEX IF NOT EXISTS events_run ON events(run_id, id);
 """
@@ -162,7 +169,7 @@ class RunStore:
     def add_event(
         self,
         run_id: str,
-        kind: str,
+        name: str,
         *,
         round: int | None = None,
         node: str | None = None,
@@ -171,7 +178,7 @@ class RunStore:
     ) -> None:
         self._db.execute(
             "INSERT INTO events (run_id, ts, kind, round, node, data) VALUES (?,?,?,?,?,?)",
-            (run_id, ts or time.time(), kind, round, node, json.dumps(data, default=str)),
+            (run_id, ts or time.time(), name, round, node, json.dumps(data, default=str)),
         )
 
     def add_metric(
@@ -202,6 +209,11 @@ class RunStore:
             "INSERT OR REPLACE INTO round_status (run_id, round, node, status, reason, ts)"
             " VALUES (?,?,?,?,?,?)",
             (run_id, round, node, status, reason, ts or time.time()),
+        )
+
+    def delete_status(self, run_id: str, round: int, node: str) -> None:
+        self._db.execute(
+            "DELETE FROM round_status WHERE run_id=? AND round=? AND node=?", (run_id, round, node)
         )
 
     def ingest(self, run_id: str, records: Iterable[dict[str, Any]]) -> int:
@@ -237,6 +249,28 @@ class RunStore:
         finally:
             self._db.execute("COMMIT")
         return n
+
+    def add_injection(self, run_id: str, spec: dict[str, Any]) -> int:
+        """Queue a live fault for a running run (its chaos engine applies it)."""
+        cur = self._db.execute(
+            "INSERT INTO injections (run_id, ts, spec, status) VALUES (?,?,?,?)",
+            (run_id, time.time(), json.dumps(spec), "pending"),
+        )
+        return int(cur.lastrowid or 0)
+
+    def pending_injections(self, run_id: str) -> list[tuple[int, dict[str, Any]]]:
+        rows = self._db.execute(
+            "SELECT id, spec FROM injections WHERE run_id=? AND status='pending' ORDER BY id",
+            (run_id,),
+        ).fetchall()
+        return [(i, json.loads(s)) for i, s in rows]
+
+    def mark_injection(self, inj_id: int, status: str) -> None:
+        self._db.execute("UPDATE injections SET status=? WHERE id=?", (status, inj_id))
+
+    def injection_status(self, inj_id: int) -> str:
+        row = self._db.execute("SELECT status FROM injections WHERE id=?", (inj_id,)).fetchone()
+        return row[0] if row else "unknown"
 
     # -- reads ----------------------------------------------------------------------
     def runs(self, sweep_id: str | None = None) -> list[RunRow]:

@@ -12,6 +12,7 @@ import time
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+from nodes.emulation import read_control, stretch
 from nodes.fl import task
 
 app = ClientApp()
@@ -41,10 +42,21 @@ def train(msg: Message, context: Context) -> Message:
         loss, acc = task.evaluate(model, splits.silo_test[pid])
         metrics.update({"eval-loss": loss, "eval-acc": acc, "eval-round": server_round - 1})
         metrics["eval-examples"] = len(splits.silo_test[pid])
+    control = read_control(context.node_config.get("control-path")).active(server_round)
+    data = splits.silo_train[pid]
+    lr = spec.lr * control.factor if control.misconfig == "lr" else spec.lr
+    if control.misconfig == "label-flip":
+        data = task.flip_labels(data, seed)
     t0 = time.perf_counter()
-    train_loss = task.train(model, splits.silo_train[pid], spec, seed * 1000 + server_round)
-    metrics["train-duration-s"] = time.perf_counter() - t0
+    train_loss = task.train(model, data, spec, seed * 1000 + server_round, lr=lr)
+    real_s = time.perf_counter() - t0
+    stretch(real_s, float(context.node_config.get("speed-factor", 1.0)), control.slowdown)
+    metrics["device-time-s"] = time.perf_counter() - t0  # measured: compute + emulated wait
+    metrics["train-duration-s"] = real_s
     metrics["train-loss"] = train_loss
+    if control.misconfig in ("noise", "nan"):
+        task.corrupt(model, control.misconfig, control.factor, seed + server_round)
+        metrics["corrupted"] = 1
     metrics["num-examples"] = len(splits.silo_train[pid])
     content = RecordDict(
         {"arrays": ArrayRecord(model.state_dict()), "metrics": MetricRecord(metrics)}

@@ -33,41 +33,55 @@ class RecordingMixin:
         self.federated_eval = federated_eval
         self._names: dict[int, str] = {}
         self._sent: dict[int, int] = {}
+        self._msgs: list[Message] = []
+        self._dst_of: dict[str, int] = {}
         self._round_t0 = 0.0
 
     def _name(self, node_id: int, content: Any | None = None) -> str:
-        if content is not None and "metrics" in content:
+        if content is not None and "metrics" in content and node_id not in self._names:
             pid = content["metrics"].get("partition-id")
             if pid is not None and int(pid) < len(self.node_names):
                 self._names[node_id] = self.node_names[int(pid)]
+                self.telemetry.event(
+                    "node_identified", node=self._names[node_id], node_id=str(node_id)
+                )
         return self._names.get(node_id, f"node-{node_id}")
+
+    def _dst(self, msg: Message) -> int:
+        """The node a reply answers for (error replies may come from the SuperLink)."""
+        return self._dst_of.get(msg.metadata.reply_to_message_id, msg.metadata.src_node_id)
 
     def configure_train(self, server_round: int, arrays, config, grid) -> Iterable[Message]:
         msgs = list(super().configure_train(server_round, arrays, config, grid))  # type: ignore[misc]
         self._round_t0 = time.time()
         nbytes = array_nbytes(arrays)
         self._sent = {m.metadata.dst_node_id: nbytes for m in msgs}
+        self._msgs = msgs  # their ids are set when the grid pushes them
         self.telemetry.event("round_start", round=server_round, sampled=len(msgs))
         return msgs
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):
         replies = list(replies)
         tel = self.telemetry
+        self._dst_of = {m.metadata.message_id: m.metadata.dst_node_id for m in self._msgs}
         answered = set()
         for msg in replies:
-            nid = msg.metadata.src_node_id
+            nid = self._dst(msg)
             answered.add(nid)
             if msg.has_error():
                 tel.status(server_round, self._name(nid), "failed", msg.error.reason)
+                tel.metric("bytes_lost", self._sent.get(nid, 0), server_round, self._name(nid))
                 continue
             name = self._name(nid, msg.content)
             m = msg.content["metrics"]
             for key, out in (
                 ("train-loss", "train_loss"),
                 ("train-duration-s", "train_duration_s"),
+                ("device-time-s", "device_time_s"),
                 ("num-examples", "num_examples"),
             ):
-                tel.metric(out, float(m[key]), server_round, name)
+                if key in m:
+                    tel.metric(out, float(m[key]), server_round, name)
             tel.metric("bytes_sent", self._sent.get(nid, 0), server_round, name)
             tel.metric("bytes_received", array_nbytes(msg.content["arrays"]), server_round, name)
             tel.metric("round_trip_s", time.time() - self._round_t0, server_round, name)
@@ -78,6 +92,7 @@ class RecordingMixin:
             tel.status(server_round, name, "completed")
         for nid in set(self._sent) - answered:
             tel.status(server_round, self._name(nid), "failed", "no reply before round timeout")
+            tel.metric("bytes_lost", self._sent.get(nid, 0), server_round, self._name(nid))
         arrays, metrics = super().aggregate_train(server_round, replies)  # type: ignore[misc]
         tel.metric("round_duration_s", time.time() - self._round_t0, server_round)
         if metrics is not None and "eval-acc" in metrics and server_round > 1:

@@ -8,6 +8,7 @@ id), ``telemetry-path`` (JSONL file, empty for none), ``artifact-dir``.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
@@ -38,9 +39,15 @@ def main(grid: Grid, context: Context) -> None:
     torch.manual_seed(seed)
     model = task.make_model(spec, splits)
 
+    # Start with the whole fleet, then carry on with whoever answers (survivors).
+    deadline = time.time() + spec.round_timeout_s
+    while len(list(grid.get_node_ids())) < n and time.time() < deadline:
+        time.sleep(0.2)
+    tel.event("fleet_connected", connected=len(list(grid.get_node_ids())), expected=n)
+
     cls = recording(getattr(fs, STRATEGIES[spec.strategy.name]))
     params = {
-        "min_available_nodes": n,
+        "min_available_nodes": min(spec.min_participants, n),
         "min_train_nodes": min(spec.min_participants, n),
         "min_evaluate_nodes": min(spec.min_participants, n),
     }

@@ -98,7 +98,7 @@ def train(model, data: Dataset, spec: FLSpec, seed: int, lr: float | None = None
             loss = loss_fn(model(x[b]), y[b])
             loss.backward()
             opt.step()
-            total += float(loss) * len(b)
+            total += loss.item() * len(b)
             count += len(b)
     return total / max(count, 1)
 
@@ -114,6 +114,26 @@ def evaluate(model, data: Dataset) -> tuple[float, float]:
         loss = float(torch.nn.functional.cross_entropy(logits, y))
         acc = float((logits.argmax(1) == y).float().mean())
     return loss, acc
+
+
+def flip_labels(data: Dataset, seed: int) -> Dataset:
+    """A faulty silo: labels mapped through a fixed derangement of the classes."""
+    rng = np.random.default_rng(seed)
+    perm = np.roll(rng.permutation(data.num_classes), 1)
+    return Dataset(data.x, perm[data.y], data.num_classes, data.groups)
+
+
+def corrupt(model, mode: str, std: float, seed: int) -> None:
+    """A faulty update: add Gaussian noise of ``std`` to every weight, or make it NaN."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if mode == "nan":
+                p.fill_(float("nan"))
+            else:
+                p.add_(torch.randn(p.shape, generator=gen) * std)
 
 
 def array_nbytes(record) -> int:

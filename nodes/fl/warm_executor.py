@@ -38,7 +38,7 @@ class WarmExecutor:
     def __init__(
         self,
         runtime_api_address: str,
-        poll_interval_s: float = 0.05,
+        poll_interval_s: float = 0.2,
         on_task: Callable[[int, float, bool], None] | None = None,
     ) -> None:
         self.address = runtime_api_address
@@ -131,10 +131,14 @@ class WarmExecutor:
         heartbeat.start()
         message = context = reply = None
         status, details = SubStatus.FAILED, "ClientApp task failed"
+        t = [time.perf_counter()]
         try:
             message, context, run, fab = pull_task_input(client)
+            t.append(time.perf_counter())
             app = self._load(run, fab)
+            t.append(time.perf_counter())
             reply = app(message=message, context=context)
+            t.append(time.perf_counter())
             status, details = SubStatus.COMPLETED, ""
         except Exception as ex:  # report to Flower as its own clientapp would
             log.exception("ClientApp raised")
@@ -149,6 +153,13 @@ class WarmExecutor:
                 if reply is not None and context is not None:
                     push_message(client, reply, context)
                 push_task_output(client, context, status, details)
+                t.append(time.perf_counter())
+                phases = ("pull", "load", "run", "push")
+                log.info(
+                    "task %s: %s",
+                    status,
+                    " ".join(f"{p}={b - a:.3f}s" for p, a, b in zip(phases, t, t[1:])),
+                )
             finally:
                 if heartbeat.is_running:
                     heartbeat.stop()

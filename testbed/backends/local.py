@@ -11,11 +11,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import tomli_w
 
 from nodes.agent import FLOWER_ENV, flower_bin
+from nodes.emulation import NodeControl, write_control
 from testbed.backends import register_backend
 from testbed.planner import Plan
 from testbed.procs import ProcGroup, free_port, wait_port
@@ -56,6 +58,7 @@ class LocalBackend:
         self.procs = ProcGroup()
         self.superlink_port: int | None = None
         self.node_ports: dict[str, int] = {}
+        self._cmds: dict[str, list[str]] = {}
 
     def _node_cmd(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "testbed", "node", *args]
@@ -79,29 +82,67 @@ class LocalBackend:
                 self.procs.stop(server.name)
         else:
             raise RuntimeError("could not start the SuperLink (see logs)")
-        n = len(self.plan.clients)
-        started = []
-        for node in self.plan.clients:
+        started = [self._start_node(node.name) for node in self.plan.clients]
+        for port, p in started:
+            wait_port(port, timeout_s, p)
+        if self.warm:  # nodes import their stack before the run is submitted
+            deadline = time.monotonic() + timeout_s
+            for node in self.plan.clients:
+                while not self._ready_file(node.name).exists():
+                    if (
+                        time.monotonic() > deadline
+                        or self.procs.procs[node.name].poll() is not None
+                    ):
+                        raise RuntimeError(f"node {node.name} did not warm up (see its log)")
+                    time.sleep(0.1)
+
+    def _ready_file(self, name: str) -> Path:
+        return self.run_dir / "nodes" / name / "ready"
+
+    def control_path(self, name: str) -> Path:
+        return (self.run_dir / "nodes" / name / "control.json").resolve()
+
+    def _start_node(self, name: str) -> tuple[int, subprocess.Popen]:
+        node = next(n for n in self.plan.clients if n.name == name)
+        if name not in self._cmds:
             port = free_port()
-            cmd = self._node_cmd(
+            config = node.node_config(len(self.plan.clients))
+            config["control-path"] = str(self.control_path(name))
+            self._cmds[name] = self._node_cmd(
                 "supernode",
                 "--superlink",
                 f"127.0.0.1:{self.superlink_port}",
                 "--port",
                 str(port),
                 "--node-config",
-                json.dumps(node.node_config(n)),
-            ) + ([] if self.warm else ["--cold"])
-            p = self.procs.start(
-                node.name,
-                cmd,
-                self.run_dir / "logs" / f"{node.name}.log",
-                env=_env(self.run_dir / "nodes" / node.name),
-            )
-            self.node_ports[node.name] = port
-            started.append((port, p))
-        for port, p in started:
-            wait_port(port, timeout_s, p)
+                json.dumps(config),
+            ) + (["--ready-file", str(self._ready_file(name))] if self.warm else ["--cold"])
+            self.node_ports[name] = port
+        p = self.procs.start(
+            name,
+            self._cmds[name],
+            self.run_dir / "logs" / f"{name}.log",
+            env=_env(self.run_dir / "nodes" / name),
+        )
+        return self.node_ports[name], p
+
+    # -- fault hooks (see testbed.chaos.FaultTarget) ---------------------------------
+    def kill_node(self, name: str) -> None:
+        """Crash: SIGKILL the node's whole process tree, no goodbye."""
+        self.procs.stop(name, timeout_s=0)
+
+    def restart_node(self, name: str) -> None:
+        """Bring a killed node back with the same identity (it re-registers)."""
+        self._start_node(name)
+
+    def set_control(self, name: str, control: NodeControl) -> None:
+        write_control(self.control_path(name), control)
+
+    def partition(self, name: str, on: bool) -> None:
+        raise NotImplementedError("partition needs the link layer (links.mode: proxy)")
+
+    def restart_superlink(self) -> None:
+        raise NotImplementedError("SuperLink restart is not supported by this backend yet")
 
     def submit(self, run_config: dict[str, object]) -> subprocess.Popen:
         """Submit the Flower app with ``flwr run --stream``; the process ends with the run."""

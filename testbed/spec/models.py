@@ -94,7 +94,14 @@ FaultKind = Literal[
 
 
 class FaultSpec(Frozen):
-    """A scheduled fault (schema; the chaos engine applies it)."""
+    """A fault: what, on whom, when.
+
+    Triggers (exactly one): ``at_round`` (``phase: before`` fires when round
+    ``at_round - 1`` ends, i.e. before the round's messages go out; ``during`` fires
+    ``delay_s`` after the round started), ``at_time_s`` (seconds after the fleet is
+    ready) or ``probability`` (per round and target, drawn from the run's seed).
+    Targets: ``node`` (a node name, or a node id replicated with ``count``) or ``tier``.
+    """
 
     kind: FaultKind
     node: str | None = None
@@ -102,8 +109,13 @@ class FaultSpec(Frozen):
     at_round: int | None = Field(None, ge=1)
     at_time_s: float | None = Field(None, ge=0)
     probability: float | None = Field(None, ge=0, le=1)
-    duration_s: float | None = Field(None, gt=0)
-    factor: float | None = Field(None, gt=0)
+    phase: Literal["before", "during"] = "before"
+    delay_s: float = Field(1.0, ge=0, description="phase 'during': seconds after round start")
+    duration_s: float | None = Field(None, gt=0, description="outage/partition/flapping down time")
+    rounds: int | None = Field(None, ge=1, description="straggler/misconfig: rounds affected")
+    factor: float | None = Field(None, gt=0, description="straggler slowdown; misconfig param")
+    mode: Literal["lr", "label-flip", "noise", "nan"] | None = None
+    repeat: int = Field(3, ge=1, description="flapping: down/up cycles")
 
     @model_validator(mode="after")
     def _trigger(self) -> FaultSpec:
@@ -113,6 +125,12 @@ class FaultSpec(Frozen):
             )
         if self.kind != "superlink-restart" and self.node is None and self.tier is None:
             raise ValueError("a fault needs a target: node or tier")
+        if self.kind in ("outage", "partition", "flapping") and self.duration_s is None:
+            raise ValueError(f"a {self.kind} fault needs duration_s")
+        if self.kind == "straggler" and self.factor is None:
+            raise ValueError("a straggler fault needs factor (slowdown, e.g. 3.0)")
+        if self.kind == "misconfig" and self.mode is None:
+            raise ValueError("a misconfig fault needs mode: lr | label-flip | noise | nan")
         return self
 
 

@@ -1,0 +1,91 @@
+"""Device emulation on a node: compute stretched to the profile, live fault controls.
+
+A node's compute runs at this host's speed; :func:`stretch` then waits so that the
+node's wall time equals the emulated device time ``real / speed_factor * slowdown``
+(both are recorded). The control plane changes a node's behaviour live (straggler
+slowdown, misconfiguration) by writing a small JSON control file that the ClientApp
+reads at every task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+MISCONFIG_MODES = ("lr", "label-flip", "noise", "nan")
+
+
+@dataclass(frozen=True)
+class NodeControl:
+    """Live fault state of a node (from its control file).
+
+    Attributes
+    ----------
+    slowdown : float
+        Straggler factor on compute time (1 = none).
+    misconfig : str or None
+        One of ``lr`` (learning rate x ``factor``), ``label-flip`` (labels permuted),
+        ``noise`` (Gaussian noise of std ``factor`` added to the update), ``nan``.
+    factor : float
+        Parameter of the misconfiguration.
+    until_round : int or None
+        Last round the fault applies to (inclusive); ``None`` = until cleared.
+    """
+
+    slowdown: float = 1.0
+    misconfig: str | None = None
+    factor: float = 1.0
+    until_round: int | None = None
+
+    def active(self, server_round: int) -> NodeControl:
+        """The control in force at ``server_round`` (none once ``until_round`` passed)."""
+        if self.until_round is not None and server_round > self.until_round:
+            return NodeControl()
+        return self
+
+
+def read_control(path: str | os.PathLike | None) -> NodeControl:
+    """Read a node's control file; a missing or empty path means no fault."""
+    if not path:
+        return NodeControl()
+    try:
+        data = json.loads(Path(path).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return NodeControl()
+    return NodeControl(**{k: v for k, v in data.items() if k in NodeControl.__dataclass_fields__})
+
+
+def write_control(path: str | os.PathLike, control: NodeControl) -> None:
+    """Atomically replace a node's control file."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(json.dumps(control.__dict__))
+    os.replace(tmp, p)
+
+
+def stretch(real_s: float, speed_factor: float, slowdown: float = 1.0) -> float:
+    """Wait so that a compute step of ``real_s`` seconds takes the emulated device time.
+
+    Parameters
+    ----------
+    real_s : float
+        Measured compute time on this host, seconds.
+    speed_factor : float
+        Device speed relative to this host (0.5 = twice as slow).
+    slowdown : float
+        Extra straggler factor.
+
+    Returns
+    -------
+    float
+        Emulated device time, seconds (``real_s / speed_factor * slowdown``; never less
+        than ``real_s``: a faster device than this host cannot be emulated by waiting).
+    """
+    device_s = max(real_s, real_s / speed_factor * slowdown)
+    if device_s > real_s:
+        time.sleep(device_s - real_s)
+    return device_s

@@ -1,0 +1,131 @@
+"""Fault injection on real fleets: the run goes on, and nothing is lost."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nodes.emulation import NodeControl, read_control, write_control
+from testbed.runner import run_experiment
+from testbed.spec.loader import parse_spec
+from testbed.store import RunStore
+from tests.conftest import processes_under
+
+STRAGGLER_TOL = 0.15  # named tolerance on the measured slowdown factor
+
+
+def spec(rounds: int, faults: str, clients: int = 3, timeout_s: int = 25) -> str:
+    return f"""\
+name: faults
+seed: 11
+fleet:
+  nodes:
+    - {{id: cloud, tier: cloud}}
+    - {{id: edge, tier: edge, count: {clients}}}
+workload:
+  fl: {{rounds: {rounds}, local_epochs: 2, round_timeout_s: {timeout_s}}}
+faults:
+{faults}"""
+
+
+def statuses(store: RunStore, run_id: str) -> dict[tuple[int, str], str]:
+    return {(r, n): s for r, n, s, _ in store.round_status(run_id)}
+
+
+def test_control_file_roundtrip(tmp_path: Path) -> None:
+    assert read_control(tmp_path / "none.json") == NodeControl()
+    write_control(tmp_path / "c.json", NodeControl(slowdown=3.0, until_round=4))
+    c = read_control(tmp_path / "c.json")
+    assert c.active(4).slowdown == 3.0 and c.active(5) == NodeControl()
+
+
+@pytest.mark.slow
+def test_crash_at_round_2_of_5(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    res = run_experiment(parse_spec(spec(5, "  - {kind: crash, node: edge-2, at_round: 2}")), store)
+    assert res.status == "completed"
+    st = statuses(store, res.run_id)
+    names = ("edge-1", "edge-2", "edge-3")
+    assert set(st) == {(r, n) for r in range(1, 6) for n in names}  # every pair has a status
+    assert st[(1, "edge-2")] == "completed"
+    assert all(st[(r, "edge-2")] in ("failed", "excluded") for r in range(2, 6))
+    for n in ("edge-1", "edge-3"):
+        assert all(st[(r, n)] == "completed" for r in range(1, 6))
+        assert {r for r, *_ in store.metrics(res.run_id, "train_loss") if _[0] == n} == set(
+            range(1, 6)
+        )
+    kinds = [e[2] for e in store.events(res.run_id)]
+    assert "fault_injected" in kinds and "node_down" in kinds
+    assert processes_under(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_transient_outage_rejoins(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    faults = "  - {kind: outage, node: edge-1, at_round: 2, duration_s: 8}"
+    res = run_experiment(parse_spec(spec(6, faults, clients=2, timeout_s=15)), store)
+    assert res.status == "completed"
+    st = statuses(store, res.run_id)
+    assert st[(1, "edge-1")] == "completed"
+    assert st[(2, "edge-1")] in ("failed", "excluded")  # missed during the outage
+    assert st[(6, "edge-1")] == "completed"  # and takes part again later
+    assert all(st[(r, "edge-2")] == "completed" for r in range(1, 7))
+    rejoined = [json.loads(e[5]) for e in store.events(res.run_id) if e[2] == "node_rejoined"]
+    assert rejoined and rejoined[0]["time_to_rejoin_s"] > 0
+    assert processes_under(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_straggler_slows_compute_by_factor(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    faults = "  - {kind: straggler, node: edge-1, at_round: 2, rounds: 2, factor: 4.0}"
+    res = run_experiment(parse_spec(spec(4, faults, clients=2)), store)
+    assert res.status == "completed"
+    real = {(r, n): v for r, n, _k, v, _t in store.metrics(res.run_id, "train_duration_s")}
+    dev = {(r, n): v for r, n, _k, v, _t in store.metrics(res.run_id, "device_time_s")}
+    for r in (2, 3):
+        assert dev[(r, "edge-1")] / real[(r, "edge-1")] == pytest.approx(4.0, rel=STRAGGLER_TOL)
+    for r in (1, 4):
+        assert dev[(r, "edge-1")] / real[(r, "edge-1")] == pytest.approx(1.0, rel=STRAGGLER_TOL)
+    assert dev[(2, "edge-2")] / real[(2, "edge-2")] == pytest.approx(1.0, rel=STRAGGLER_TOL)
+
+
+@pytest.mark.slow
+def test_live_injection_from_cli(tmp_path: Path) -> None:
+    f = tmp_path / "e.yaml"
+    f.write_text(spec(8, "  []", clients=2, timeout_s=15).replace("faults:\n  []", "faults: []"))
+    out = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed", "run", str(f), "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if (out / "testbed.db").exists() and "train_loss" in RunStore(out).metric_names():
+                break
+            time.sleep(0.5)
+        run_id = RunStore(out).runs()[0].run_id
+        cli = [sys.executable, "-m", "testbed", "inject", run_id, "--out", str(out)]
+        bad = subprocess.run(
+            cli + ["--kind", "outage", "--node", "edge-1"], capture_output=True, text=True
+        )
+        assert bad.returncode == 2 and "duration_s" in bad.stderr
+        ok = subprocess.run(
+            cli + ["--kind", "crash", "--node", "edge-2"], capture_output=True, text=True
+        )
+        assert ok.returncode == 0 and "applied" in ok.stdout, ok.stdout + ok.stderr
+        assert proc.wait(timeout=300) == 0
+    finally:
+        proc.kill()
+    store = RunStore(out)
+    ev = [(e[2], e[4]) for e in store.events(run_id)]
+    assert ("fault_injected", "edge-2") in ev and ("node_down", "edge-2") in ev
+    assert store.round_status(run_id)[-1][2] in ("completed", "failed", "excluded")
+    assert processes_under(tmp_path) == []

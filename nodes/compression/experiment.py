@@ -14,7 +14,7 @@ import importlib
 import json
 import pathlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import nn
@@ -132,7 +132,8 @@ def run_compress(
     Parameters
     ----------
     spec : CompressSpec
-        Validated settings.
+        Validated settings (a plain mapping is validated into one here, so a caller that
+        still holds the raw ``workload.compress`` dict gets the same errors).
     seed : int
         Seeds data split, initialization and sampling.
     out_dir : pathlib.Path
@@ -147,6 +148,8 @@ def run_compress(
     dict
         Summary: accuracy before, per-eps ratio/error/accuracies, files written.
     """
+    if isinstance(spec, Mapping):
+        spec = CompressSpec(**spec)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     say = progress or (lambda _d, _f: None)

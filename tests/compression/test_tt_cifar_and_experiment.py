@@ -86,3 +86,10 @@ def test_run_compress_resnet32_on_tiny_cifar(tmp_path):
     assert row["layers_compressed"] == 30  # conv1 (432) and fc (640) are below min_numel
     assert row["ratio"] > 1.0 and row["modelled_speedup_x"] is None
     assert (tmp_path / "out" / "layers.csv").is_file()
+
+
+def test_run_compress_validates_a_raw_mapping(tmp_path):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="eps_list"):
+        run_compress({"eps_list": [3.0]}, 0, tmp_path)

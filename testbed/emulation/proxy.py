@@ -33,8 +33,10 @@ from testbed.emulation.link import MSS_BYTES, LinkParams, LinkSchedule
 RTO_MIN_S = 0.2
 #: Longest single sleep of a shaper, in seconds: parameter changes take effect within it.
 MAX_WAIT_S = 0.02
-#: Bucket depth in seconds of the current rate (bounded by [MSS, 64 KiB] bytes).
+#: Chunk size in seconds of the current rate (bounded by [MSS, 64 KiB] bytes).
 BURST_S = 0.005
+#: Token bucket depth in seconds of the current rate (at least two chunks).
+DEPTH_S = 0.02
 _UNLIMITED_READ = 256 * 1024
 _STREAM_LIMIT = 1 << 20
 PARTITION_MODES = ("blackhole", "refuse")
@@ -42,29 +44,35 @@ UP, DOWN = "up", "down"
 
 
 class _Bucket:
-    """Token bucket in bytes; tokens may go negative (debt) and are paid back by waiting."""
+    """Token bucket in bytes; tokens may go negative (debt) and are paid back by waiting.
+
+    Chunks are ``BURST_S`` of the rate; the depth is ``DEPTH_S`` of the rate (at least two
+    chunks), so a late wake-up of the event loop (CPU contention) costs no rate. The
+    bucket starts empty: a fresh link has no initial burst.
+    """
 
     def __init__(self, rate_bytes_per_s: float | None, now: float) -> None:
         self.rate: float | None = None
-        self.burst = float(MSS_BYTES)
+        self.chunk = MSS_BYTES
+        self.depth = 2.0 * MSS_BYTES
         self.tokens = 0.0
         self.t = now
         self.set_rate(rate_bytes_per_s, now)
 
     def _refill(self, now: float) -> None:
         if self.rate is not None:
-            self.tokens = min(self.burst, self.tokens + (now - self.t) * self.rate)
+            self.tokens = min(self.depth, self.tokens + (now - self.t) * self.rate)
         self.t = now
 
     def set_rate(self, rate_bytes_per_s: float | None, now: float) -> None:
         self._refill(now)
-        was_unlimited = self.rate is None
         self.rate = rate_bytes_per_s
         if rate_bytes_per_s is None:
             self.tokens = 0.0
             return
-        self.burst = float(min(max(rate_bytes_per_s * BURST_S, MSS_BYTES), 65536))
-        self.tokens = self.burst if was_unlimited else min(self.tokens, self.burst)
+        self.chunk = int(min(max(rate_bytes_per_s * BURST_S, MSS_BYTES), 65536))
+        self.depth = max(rate_bytes_per_s * DEPTH_S, 2.0 * self.chunk)
+        self.tokens = min(self.tokens, self.depth)
 
     async def consume(self, n: int, loop: asyncio.AbstractEventLoop) -> None:
         """Take ``n`` bytes; return once the bucket is out of debt at the current rate."""
@@ -77,7 +85,7 @@ class _Bucket:
             self._refill(loop.time())
 
     def read_size(self) -> int:
-        return _UNLIMITED_READ if self.rate is None else int(self.burst)
+        return _UNLIMITED_READ if self.rate is None else self.chunk
 
 
 def _rst(writer: asyncio.StreamWriter) -> None:
@@ -162,7 +170,9 @@ class _Pipe:
                 await proxy._open.wait()
                 params = proxy._params
                 now = loop.time()
-                stall = self._loss_stall_s(len(data), len(data) < size, params)
+                # nothing more waiting to be sent: a loss here is a tail loss (no dup-ACKs)
+                drained = len(data) < size and not getattr(self.src, "_buffer", b"")
+                stall = self._loss_stall_s(len(data), drained, params)
                 proxy._stalled_s += stall
                 jitter = params.jitter_ms * (2.0 * proxy._rng.random() - 1.0)
                 delay = max(0.0, params.latency_ms + jitter) / 1000.0

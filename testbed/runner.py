@@ -207,6 +207,8 @@ def _run_fl(
         store.add_event(run_id, "fleet_ready", superlink_port=backend.superlink_port)
         chaos = ChaosEngine(plan, backend, store, run_id, plan.seed)
         chaos.start()
+        if hasattr(backend, "start_schedules"):
+            backend.start_schedules()
         proc = backend.submit(
             {
                 "fl-spec": spec.model_dump_json(),
@@ -226,7 +228,13 @@ def _run_fl(
             raise TimeoutError("the Flower run did not finish in time (see logs/flwr-run.log)")
     finally:
         pump()
+        links = backend.link_counters() if hasattr(backend, "link_counters") else {}
         backend.stop()
+        for name, c in links.items():  # bytes that crossed each emulated link
+            for key in ("bytes_up", "bytes_down", "partitioned_s", "stalled_s"):
+                store.add_metric(run_id, f"link_{key}", float(c.get(key, 0)), node=name)
+            for ch in c.get("changes", []):
+                store.add_event(run_id, "link_changed", node=name, **ch)
         for name, mb in peak.items():
             store.add_metric(run_id, "peak_rss_mb", mb, node=name)
         finalize_statuses(store, run_id, plan, spec.rounds)

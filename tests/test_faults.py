@@ -129,3 +129,24 @@ def test_live_injection_from_cli(tmp_path: Path) -> None:
     assert ("fault_injected", "edge-2") in ev and ("node_down", "edge-2") in ev
     assert store.round_status(run_id)[-1][2] in ("completed", "failed", "excluded")
     assert processes_under(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_partition_stops_traffic_for_its_duration(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    faults = "  - {kind: partition, node: edge-1, at_round: 2, duration_s: 12}"
+    text = spec(4, faults, clients=2, timeout_s=8).replace(
+        "workload:",
+        "links:\n  defaults:\n    edge-cloud: {bandwidth_mbps: 50, latency_ms: 10}\nworkload:",
+    )
+    res = run_experiment(parse_spec(text), store)
+    assert res.status == "completed"
+    part = {n: v for _r, n, k, v, _t in store.metrics(res.run_id, "link_partitioned_s")}
+    assert part["edge-1"] == pytest.approx(12.0, abs=1.5) and part["edge-2"] == 0.0
+    kinds = [(e[2], e[4]) for e in store.events(res.run_id)]
+    assert ("link_partitioned", "edge-1") in kinds and ("link_healed", "edge-1") in kinds
+    st = statuses(store, res.run_id)
+    assert st[(2, "edge-1")] == "failed"  # its reply could not cross the link in time
+    assert st[(4, "edge-1")] == "completed" and st[(2, "edge-2")] == "completed"
+    up = {n: v for _r, n, k, v, _t in store.metrics(res.run_id, "link_bytes_up")}
+    assert up["edge-1"] > 100_000 and up["edge-2"] > 100_000

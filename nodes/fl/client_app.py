@@ -58,9 +58,13 @@ def train(msg: Message, context: Context) -> Message:
         task.corrupt(model, control.misconfig, control.factor, seed + server_round)
         metrics["corrupted"] = 1
     metrics["num-examples"] = len(splits.silo_train[pid])
-    content = RecordDict(
-        {"arrays": ArrayRecord(model.state_dict()), "metrics": MetricRecord(metrics)}
-    )
+    up = spec.uplink
+    if up.compression == "tt" and context.node_config.get("tier") in up.tiers:
+        arrays = task.encode_delta(model, msg.content["arrays"], up)  # TT-Edge uplink
+        metrics["tt-compressed"] = 1
+    else:
+        arrays = ArrayRecord(model.state_dict())
+    content = RecordDict({"arrays": arrays, "metrics": MetricRecord(metrics)})
     return Message(content=content, reply_to=msg)
 
 

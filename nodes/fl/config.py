@@ -147,6 +147,23 @@ class EvaluationSpec(Frozen):
     centralized: bool = True
 
 
+class UplinkSpec(Frozen):
+    """Compression of client -> server updates (TT-Edge codec, nodes/compression/codec.py).
+
+    Clients of the listed ``tiers`` send the TT-SVD of their update (trained weights
+    minus the received global model) with relative error ``eps`` per tensor; the server
+    reconstructs before aggregation. Bytes on the wire are the encoded arrays.
+    """
+
+    compression: Literal["none", "tt"] = "none"
+    eps: float = Field(0.5, gt=0, lt=1)
+    max_rank: int | None = Field(None, ge=1)
+    min_numel: int = Field(1024, ge=1, description="smaller tensors are sent raw")
+    tiers: list[Literal["edge", "fog", "cloud", "space"]] = Field(
+        default_factory=lambda: ["edge", "fog", "space"]
+    )
+
+
 class FLSpec(Frozen):
     """The federated-learning workload."""
 
@@ -161,5 +178,6 @@ class FLSpec(Frozen):
     momentum: float = Field(0.9, ge=0, lt=1)
     optimizer: Literal["sgd", "adam"] = "sgd"
     evaluation: EvaluationSpec = EvaluationSpec()
+    uplink: UplinkSpec = UplinkSpec()
     round_timeout_s: float = Field(600.0, gt=0)
     min_participants: int = Field(1, ge=1)

@@ -12,7 +12,7 @@ from typing import Any
 
 from flwr.app import Message
 
-from nodes.fl.task import array_nbytes
+from nodes.fl.task import array_nbytes, decode_delta
 from nodes.fl.telemetry import Telemetry
 
 
@@ -57,6 +57,7 @@ class RecordingMixin:
         nbytes = array_nbytes(arrays)
         self._sent = {m.metadata.dst_node_id: nbytes for m in msgs}
         self._msgs = msgs  # their ids are set when the grid pushes them
+        self._global = {k: v.numpy() for k, v in arrays.items()}
         self.telemetry.event("round_start", round=server_round, sampled=len(msgs))
         return msgs
 
@@ -84,6 +85,8 @@ class RecordingMixin:
                     tel.metric(out, float(m[key]), server_round, name)
             tel.metric("bytes_sent", self._sent.get(nid, 0), server_round, name)
             tel.metric("bytes_received", array_nbytes(msg.content["arrays"]), server_round, name)
+            if m.get("tt-compressed"):  # reconstruct before the strategy aggregates
+                msg.content["arrays"] = decode_delta(msg.content["arrays"], self._global)
             tel.metric("round_trip_s", time.time() - self._round_t0, server_round, name)
             if "eval-acc" in m:
                 r = int(m["eval-round"])

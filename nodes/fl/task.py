@@ -136,6 +136,31 @@ def corrupt(model, mode: str, std: float, seed: int) -> None:
                 p.add_(torch.randn(p.shape, generator=gen) * std)
 
 
+def encode_delta(model, received, uplink):
+    """TT-encode ``model``'s update against the ``received`` global ArrayRecord."""
+    from flwr.app import Array, ArrayRecord
+
+    from nodes.compression.codec import encode_update
+
+    glob = {k: v.numpy() for k, v in received.items()}
+    delta = {k: v.detach().cpu().numpy() - glob[k] for k, v in model.state_dict().items()}
+    enc = encode_update(delta, uplink.eps, uplink.max_rank, uplink.min_numel)
+    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in enc.items()})
+
+
+def decode_delta(encoded, glob: dict[str, np.ndarray]):
+    """Rebuild full weights (global + decoded update) as an ArrayRecord."""
+    from collections import OrderedDict
+
+    from flwr.app import Array, ArrayRecord
+
+    from nodes.compression.codec import decode_update
+
+    delta = decode_update({k: v.numpy() for k, v in encoded.items()})
+    full = OrderedDict((k, Array(np.ascontiguousarray(glob[k] + delta[k]))) for k in glob)
+    return ArrayRecord(full)
+
+
 def array_nbytes(record) -> int:
     """Serialized payload bytes of a Flower ``ArrayRecord`` (sum of its arrays' buffers)."""
     return int(sum(len(a.data) for a in record.values()))

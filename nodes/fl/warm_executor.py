@@ -158,7 +158,9 @@ class WarmExecutor:
                 log.info(
                     "task %s: %s",
                     status,
-                    " ".join(f"{p}={b - a:.3f}s" for p, a, b in zip(phases, t, t[1:])),
+                    " ".join(
+                        f"{p}={b - a:.3f}s" for p, a, b in zip(phases, t, t[1:], strict=False)
+                    ),
                 )
             finally:
                 if heartbeat.is_running:

@@ -59,6 +59,7 @@ class LocalBackend:
         self.superlink_port: int | None = None
         self.node_ports: dict[str, int] = {}
         self._cmds: dict[str, list[str]] = {}
+        self.proxies: dict[str, object] = {}  # node -> ShapingProxy (links.mode: proxy)
 
     def _node_cmd(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "testbed", "node", *args]
@@ -82,6 +83,14 @@ class LocalBackend:
                 self.procs.stop(server.name)
         else:
             raise RuntimeError("could not start the SuperLink (see logs)")
+        mode = self.plan.experiment.links.mode
+        if mode == "netem":
+            raise ValueError(
+                "links.mode: netem is available for single links "
+                "(testbed.emulation.netem) but not yet for fleets; use proxy"
+            )
+        if mode == "proxy":
+            self._start_links()
         started = [self._start_node(node.name) for node in self.plan.clients]
         for port, p in started:
             wait_port(port, timeout_s, p)
@@ -99,6 +108,37 @@ class LocalBackend:
     def _ready_file(self, name: str) -> Path:
         return self.run_dir / "nodes" / name / "ready"
 
+    def _start_links(self) -> None:
+        """One shaping proxy per client node, in front of the SuperLink."""
+        from testbed.emulation.proxy import ShapingProxy
+
+        for i, node in enumerate(self.plan.clients):
+            proxy = ShapingProxy(
+                node.name,
+                "127.0.0.1",
+                int(self.superlink_port or 0),
+                node.uplink.params(),
+                seed=self.plan.seed * 1000 + i,
+            )
+            proxy.start()
+            self.proxies[node.name] = proxy
+
+    def start_schedules(self) -> None:
+        """Play time-varying links from now (called when the fleet is ready)."""
+        t0 = time.monotonic()
+        for node in self.plan.clients:
+            if node.uplink.schedule and node.name in self.proxies:
+                self.proxies[node.name].run_schedule(node.uplink.link_schedule(), t0)
+
+    def link_counters(self) -> dict[str, dict]:
+        """Per-node link counters (bytes up/down on the wire, partitioned time...)."""
+        return {name: p.counters() for name, p in self.proxies.items()}
+
+    def _superlink_address(self, name: str) -> str:
+        if name in self.proxies:
+            return f"127.0.0.1:{self.proxies[name].listen_port}"
+        return f"127.0.0.1:{self.superlink_port}"
+
     def control_path(self, name: str) -> Path:
         return (self.run_dir / "nodes" / name / "control.json").resolve()
 
@@ -111,7 +151,7 @@ class LocalBackend:
             self._cmds[name] = self._node_cmd(
                 "supernode",
                 "--superlink",
-                f"127.0.0.1:{self.superlink_port}",
+                self._superlink_address(name),
                 "--port",
                 str(port),
                 "--node-config",
@@ -139,7 +179,10 @@ class LocalBackend:
         write_control(self.control_path(name), control)
 
     def partition(self, name: str, on: bool) -> None:
-        raise NotImplementedError("partition needs the link layer (links.mode: proxy)")
+        """Blackhole the node's link (traffic held, connections kept) or heal it."""
+        if name not in self.proxies:
+            raise NotImplementedError("partition needs emulated links (links.mode: proxy)")
+        self.proxies[name].partition(on)
 
     def restart_superlink(self) -> None:
         raise NotImplementedError("SuperLink restart is not supported by this backend yet")
@@ -181,3 +224,5 @@ class LocalBackend:
 
     def stop(self) -> None:
         self.procs.stop_all()
+        for proxy in self.proxies.values():
+            proxy.stop()

@@ -12,7 +12,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from nodes.compression.config import CompressSpec
 from nodes.fl.config import FLSpec, Frozen
+from radio.config import SemanticMuxSpec
 from testbed.spec.catalog import CATALOG, DeviceProfile
 
 Tier = Literal["edge", "fog", "cloud", "space"]
@@ -20,13 +22,49 @@ TIERS: tuple[str, ...] = ("edge", "fog", "cloud", "space")
 NODE_ID = re.compile(r"^[a-z][a-z0-9-]*$")
 
 
-class LinkSpec(Frozen):
-    """Properties of an emulated link (each direction)."""
+class LinkState(Frozen):
+    """Properties of an emulated link at one time (each direction)."""
 
     bandwidth_mbps: float | None = Field(None, gt=0, description="None = unlimited")
     latency_ms: float = Field(0.0, ge=0)
     jitter_ms: float = Field(0.0, ge=0)
     loss_pct: float = Field(0.0, ge=0, le=100)
+    partitioned: bool = False
+
+    def params(self):
+        """As the link layer's ``LinkParams``."""
+        from testbed.emulation.link import LinkParams
+
+        return LinkParams(**self.model_dump())
+
+
+class LinkSegment(LinkState):
+    """From ``at_s`` seconds after the fleet is ready, the link has these properties."""
+
+    at_s: float = Field(ge=0)
+
+    def params(self):
+        from testbed.emulation.link import LinkParams
+
+        return LinkParams(**self.model_dump(exclude={"at_s"}))
+
+
+class LinkSpec(LinkState):
+    """An emulated link; ``schedule`` makes it time-varying (piecewise constant)."""
+
+    schedule: list[LinkSegment] = Field(default_factory=list)
+
+    def params(self):
+        from testbed.emulation.link import LinkParams
+
+        return LinkParams(**self.model_dump(exclude={"schedule"}))
+
+    def link_schedule(self):
+        """A ``LinkSchedule`` starting with this link's own properties at t = 0."""
+        from testbed.emulation.link import LinkSchedule
+
+        segs = {0.0: self.params()} | {s.at_s: s.params() for s in self.schedule}
+        return LinkSchedule(sorted(segs.items()))
 
 
 class LinksSpec(Frozen):
@@ -152,8 +190,8 @@ class WorkloadSpec(Frozen):
     """What the fleet runs. Exactly one section is set."""
 
     fl: FLSpec | None = None
-    semantic_mux: dict | None = None
-    compress: dict | None = None
+    semantic_mux: SemanticMuxSpec | None = None
+    compress: CompressSpec | None = None
 
     @model_validator(mode="after")
     def _one(self) -> WorkloadSpec:

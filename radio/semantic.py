@@ -31,7 +31,6 @@ __all__ = [
     "SemanticDemultiplexer",
     "SemanticMuxSystem",
     "normalize_power",
-    "rms_normalize",
     "real_to_complex",
 ]
 
@@ -55,11 +54,6 @@ def normalize_power(x: torch.Tensor) -> torch.Tensor:
     """
     p = x.abs().square().mean(dim=(1, 2), keepdim=True)
     return x / torch.sqrt(p + 1e-12)
-
-
-def rms_normalize(z: torch.Tensor) -> torch.Tensor:
-    """Scale each row of ``z`` [B, D] to unit root-mean-square."""
-    return z * torch.rsqrt(z.square().mean(-1, keepdim=True) + 1e-6)
 
 
 def _mlp(i: int, h: int, o: int) -> nn.Sequential:
@@ -213,7 +207,8 @@ class SemanticMuxSystem(Block):
         self.heads = nn.ModuleList(TaskHead(latent_dim, hidden_dim, c) for c in num_classes)
         self.aux_heads = nn.ModuleList(nn.Linear(latent_dim, c) for c in num_classes)
         # Standardise every latent dimension (zero mean, unit variance; running statistics at
-        # evaluation) before binding.
+        # evaluation) before binding. Bindings followed by the precoder are a product of two
+        # linear maps; kept separate to mirror the scheme (per-task keys, one precoder).
         self.latent_norms = nn.ModuleList(
             nn.BatchNorm1d(latent_dim, affine=False) for _ in input_dims
         )

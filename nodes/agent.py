@@ -6,6 +6,7 @@ A node learns its role and identity from its command line only.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -101,7 +102,42 @@ def run_superlink(port: int, host: str = "127.0.0.1", database: str | None = Non
     return child.wait()
 
 
-def _prewarm(ready_file: str | None, node_config: dict[str, object]) -> None:
+CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
+
+
+def cgroup_dir(pid: int) -> Path:
+    """Memory cgroup (v1) of the node whose agent has ``pid``."""
+    return CGROUP_V1_MEMORY / "continuum-testbed" / f"node-{pid}"
+
+
+def apply_limits(memory_mb: int | None, cpus: list[int] | None) -> dict[str, str]:
+    """Cap this process (and its future children) to a device profile.
+
+    CPU pinning uses ``sched_setaffinity``. The memory cap uses a cgroup (v1 memory
+    controller, when writable: root on this machine) and falls back to ``RLIMIT_AS``.
+    Returns what was applied, for the run record.
+    """
+    import resource
+
+    applied: dict[str, str] = {}
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+        applied["cpus"] = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+    if memory_mb:
+        limit = int(memory_mb) * 2**20
+        d = cgroup_dir(os.getpid())
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "memory.limit_in_bytes").write_text(str(limit))
+            (d / "cgroup.procs").write_text(str(os.getpid()))
+            applied["memory"] = f"cgroup v1 memory.limit_in_bytes={limit}"
+        except OSError:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+            applied["memory"] = f"RLIMIT_AS={limit} (no writable cgroup)"
+    return applied
+
+
+def _prewarm(ready_file: str | None, limits: dict[str, str] | None = None) -> None:
     """Import the ClientApp's stack once; then signal readiness through ``ready_file``."""
     import numpy as np
     import sklearn.datasets  # noqa: F401
@@ -122,7 +158,7 @@ def _prewarm(ready_file: str | None, node_config: dict[str, object]) -> None:
 
     if ready_file:
         Path(ready_file).parent.mkdir(parents=True, exist_ok=True)
-        Path(ready_file).write_text(str(os.getpid()))
+        Path(ready_file).write_text(json.dumps({"pid": os.getpid(), "limits": limits or {}}))
 
 
 def run_supernode(
@@ -131,6 +167,8 @@ def run_supernode(
     node_config: dict[str, object],
     warm: bool = True,
     ready_file: str | None = None,
+    memory_mb: int | None = None,
+    cpus: list[int] | None = None,
 ) -> int:
     """Run a SuperNode plus (when ``warm``) its warm executor; return the exit code.
 
@@ -140,6 +178,7 @@ def run_supernode(
     """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll otherwise
+    limits = apply_limits(memory_mb, cpus)  # before any child starts: they inherit it
     child = subprocess.Popen(supernode_command(superlink, port, node_config, warm), env=_env())
     if not warm:
         _forward_signals(child)
@@ -148,7 +187,7 @@ def run_supernode(
     from nodes.fl.warm_executor import WarmExecutor
 
     # Warm up while the SuperNode connects: the ClientApp's imports happen once, here.
-    threading.Thread(target=_prewarm, args=(ready_file, node_config), daemon=True).start()
+    threading.Thread(target=_prewarm, args=(ready_file, limits), daemon=True).start()
 
     executor = WarmExecutor(f"127.0.0.1:{port}")
     _forward_signals(child, executor.stop)

@@ -284,6 +284,8 @@ def node_supernode(
     node_config: Annotated[str, typer.Option(help="node identity as JSON")],
     cold: Annotated[bool, typer.Option(help="Flower's default cold subprocess isolation")] = False,
     ready_file: Annotated[str | None, typer.Option(help="written once warmed up")] = None,
+    memory_mb: Annotated[int | None, typer.Option(help="memory cap of the node, MB")] = None,
+    cpus: Annotated[str | None, typer.Option(help="pin to these CPUs, e.g. 0,1")] = None,
 ) -> None:
     """Run this node as a SuperNode (client) with the warm executor."""
     from nodes.agent import run_supernode
@@ -292,7 +294,18 @@ def node_supernode(
         cfg = json.loads(node_config)
     except json.JSONDecodeError as e:
         raise _fail(f"--node-config: not JSON: {e}") from None
-    raise typer.Exit(run_supernode(superlink, port, cfg, warm=not cold, ready_file=ready_file))
+    cpu_list = [int(c) for c in cpus.split(",")] if cpus else None
+    raise typer.Exit(
+        run_supernode(
+            superlink,
+            port,
+            cfg,
+            warm=not cold,
+            ready_file=ready_file,
+            memory_mb=memory_mb,
+            cpus=cpu_list,
+        )
+    )
 
 
 def main() -> None:

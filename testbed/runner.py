@@ -205,6 +205,8 @@ def _run_fl(
         store.add_event(run_id, "fleet_starting", nodes=[n.name for n in plan.nodes])
         backend.start()
         store.add_event(run_id, "fleet_ready", superlink_port=backend.superlink_port)
+        for name, lim in (backend.node_limits() if hasattr(backend, "node_limits") else {}).items():
+            store.add_event(run_id, "node_limits", node=name, **lim)
         chaos = ChaosEngine(plan, backend, store, run_id, plan.seed)
         chaos.start()
         if hasattr(backend, "start_schedules"):

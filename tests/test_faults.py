@@ -150,3 +150,20 @@ def test_partition_stops_traffic_for_its_duration(tmp_path: Path) -> None:
     assert st[(4, "edge-1")] == "completed" and st[(2, "edge-2")] == "completed"
     up = {n: v for _r, n, k, v, _t in store.metrics(res.run_id, "link_bytes_up")}
     assert up["edge-1"] > 100_000 and up["edge-2"] > 100_000
+
+
+def test_node_limits_cap_memory_and_pin_cpus(tmp_path: Path) -> None:
+    code = (
+        "import json, os; from nodes.agent import apply_limits\n"
+        "print(json.dumps(apply_limits(512, [0]) | {'pid': os.getpid()}), flush=True)\n"
+        "x = bytearray(700 * 2**20)\n"  # over the cap: the kernel must refuse or kill
+        "print('allocated')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    applied = json.loads(out.stdout.splitlines()[0])
+    from nodes.agent import cgroup_dir
+
+    if cgroup_dir(applied["pid"]).exists():
+        cgroup_dir(applied["pid"]).rmdir()
+    assert applied["cpus"] == "0" and "memory" in applied
+    assert "allocated" not in out.stdout and out.returncode != 0

@@ -159,6 +159,7 @@ class UplinkSpec(Frozen):
     eps: float = Field(0.5, gt=0, lt=1)
     max_rank: int | None = Field(None, ge=1)
     min_numel: int = Field(1024, ge=1, description="smaller tensors are sent raw")
+    error_feedback: bool = Field(True, description="carry the codec's residual to next round")
     tiers: list[Literal["edge", "fog", "cloud", "space"]] = Field(
         default_factory=lambda: ["edge", "fog", "space"]
     )

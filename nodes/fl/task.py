@@ -136,15 +136,30 @@ def corrupt(model, mode: str, std: float, seed: int) -> None:
                 p.add_(torch.randn(p.shape, generator=gen) * std)
 
 
-def encode_delta(model, received, uplink):
-    """TT-encode ``model``'s update against the ``received`` global ArrayRecord."""
+def encode_delta(model, received, uplink, state=None):
+    """TT-encode ``model``'s update against the ``received`` global ArrayRecord.
+
+    With ``uplink.error_feedback`` the part of the update the codec dropped last time
+    (kept in the node's Flower ``context.state`` as ``tt-residual``) is added to this
+    update before encoding, and the new residual is stored back (Seide et al. 2014;
+    Karimireddy et al. 2019), so compression error does not accumulate in the model.
+    """
     from flwr.app import Array, ArrayRecord
 
-    from nodes.compression.codec import encode_update
+    from nodes.compression.codec import decode_update, encode_update
 
     glob = {k: v.numpy() for k, v in received.items()}
     delta = {k: v.detach().cpu().numpy() - glob[k] for k, v in model.state_dict().items()}
+    feedback = uplink.error_feedback and state is not None
+    if feedback and "tt-residual" in state:
+        res = state["tt-residual"]
+        delta = {k: d + res[k].numpy() if k in res else d for k, d in delta.items()}
     enc = encode_update(delta, uplink.eps, uplink.max_rank, uplink.min_numel)
+    if feedback:
+        dec = decode_update(enc)
+        state["tt-residual"] = ArrayRecord(
+            {k: Array(np.ascontiguousarray(delta[k] - dec[k])) for k in delta}
+        )
     return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in enc.items()})
 
 

@@ -105,6 +105,26 @@ class LocalBackend:
                         raise RuntimeError(f"node {node.name} did not warm up (see its log)")
                     time.sleep(0.1)
 
+    def _limit_args(self, node) -> list[str]:
+        """Memory cap from the profile; CPUs pinned round-robin when the profile has
+        fewer cores than this host (a node never gets more cores than its device)."""
+        args = ["--memory-mb", str(node.profile.memory_mb)]
+        host = sorted(os.sched_getaffinity(0))
+        k = node.profile.cpu_cores
+        if k < len(host):
+            i = self.plan.clients.index(node)
+            args += ["--cpus", ",".join(str(host[(i * k + j) % len(host)]) for j in range(k))]
+        return args
+
+    def node_limits(self) -> dict[str, dict]:
+        """What each node's agent applied (from its ready file)."""
+        out = {}
+        for node in self.plan.clients:
+            f = self._ready_file(node.name)
+            if f.exists():
+                out[node.name] = json.loads(f.read_text()).get("limits", {})
+        return out
+
     def _ready_file(self, name: str) -> Path:
         return self.run_dir / "nodes" / name / "ready"
 
@@ -157,6 +177,7 @@ class LocalBackend:
                 "--node-config",
                 json.dumps(config),
             ) + (["--ready-file", str(self._ready_file(name))] if self.warm else ["--cold"])
+            self._cmds[name] += self._limit_args(node)
             self.node_ports[name] = port
         p = self.procs.start(
             name,
@@ -169,7 +190,14 @@ class LocalBackend:
     # -- fault hooks (see testbed.chaos.FaultTarget) ---------------------------------
     def kill_node(self, name: str) -> None:
         """Crash: SIGKILL the node's whole process tree, no goodbye."""
+        from nodes.agent import cgroup_dir
+
+        pid = self.procs.procs[name].pid
         self.procs.stop(name, timeout_s=0)
+        try:
+            cgroup_dir(pid).rmdir()
+        except OSError:
+            pass
 
     def restart_node(self, name: str) -> None:
         """Bring a killed node back with the same identity (it re-registers)."""
@@ -223,6 +251,14 @@ class LocalBackend:
         }
 
     def stop(self) -> None:
+        from nodes.agent import cgroup_dir
+
+        pids = [p.pid for p in self.procs.procs.values()]
         self.procs.stop_all()
         for proxy in self.proxies.values():
             proxy.stop()
+        for pid in pids:  # memory cgroups of the nodes
+            try:
+                cgroup_dir(pid).rmdir()
+            except OSError:
+                pass

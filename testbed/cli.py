@@ -308,6 +308,11 @@ def node_supernode(
     )
 
 
+from testbed.cli_up import register  # noqa: E402  (controller, up)
+
+register(app)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

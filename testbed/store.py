@@ -311,6 +311,20 @@ class RunStore:
             (run_id, since_id),
         ).fetchall()
 
+    def metrics_since(self, run_id: str, since_id: int = 0) -> list[tuple]:
+        """Rows ``(id, round, node, name, value, ts)`` after ``since_id`` (a cursor)."""
+        return self._db.execute(
+            "SELECT id, round, node, name, value, ts FROM metrics WHERE run_id=? AND id>?"
+            " ORDER BY id",
+            (run_id, since_id),
+        ).fetchall()
+
+    def injections(self, run_id: str) -> list[tuple]:
+        """Rows ``(id, ts, spec, status)`` of the live injections into a run."""
+        return self._db.execute(
+            "SELECT id, ts, spec, status FROM injections WHERE run_id=? ORDER BY id", (run_id,)
+        ).fetchall()
+
     def round_status(self, run_id: str) -> list[tuple]:
         """Rows ``(round, node, status, reason)``."""
         return self._db.execute(

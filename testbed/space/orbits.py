@@ -207,9 +207,20 @@ def walker_satrecs(shell: WalkerShell, epoch: datetime, first_satnum: int = 9000
     for i in range(shell.total):
         s = Satrec()
         s.sgp4init(
-            WGS84, "i", first_satnum + i, jd + fr - _JD_1949, 0.0, 0.0, 0.0, 1e-7, 0.0,
-            math.radians(shell.inclination_deg), float(u[i]), n_rad_min, float(raan[i]),
-        )  # fmt: skip
+            WGS84,
+            "i",
+            first_satnum + i,
+            jd + fr - _JD_1949,
+            0.0,
+            0.0,
+            0.0,
+            1e-7,
+            0.0,
+            math.radians(shell.inclination_deg),
+            float(u[i]),
+            n_rad_min,
+            float(raan[i]),
+        )
         out.append(s)
     return out
 

@@ -125,7 +125,7 @@ def visibility_windows(
                         t_max,
                         clip_s and w == 0,
                         clip_e and w == len(ends) - 1,
-                    )  # fmt: skip
+                    )
                 )
     return sorted(out, key=lambda w: (w.start_s, w.satellite, w.station))
 

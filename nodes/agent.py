@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 FLOWER_ENV = {
@@ -37,8 +38,14 @@ def node_config_arg(config: dict[str, object]) -> str:
     return " ".join(parts)
 
 
-def superlink_command(port: int, host: str = "127.0.0.1", database: str | None = None) -> list:
-    """Command line of a real ``flower-superlink`` serving all APIs on ``host:port``."""
+def superlink_command(
+    port: int, host: str = "127.0.0.1", database: str | None = None, isolation: str = "subprocess"
+) -> list:
+    """Command line of a real ``flower-superlink`` serving all APIs on ``host:port``.
+
+    ``isolation="process"`` leaves ServerApp execution to an external SuperExec (the node
+    agent's), so a SuperLink restart does not take the running ServerApp with it.
+    """
     cmd = [
         flower_bin("flower-superlink"),
         "--insecure",
@@ -47,6 +54,8 @@ def superlink_command(port: int, host: str = "127.0.0.1", database: str | None =
         "--port",
         str(port),
         "--disable-runtime-dependency-installation",
+        "--isolation",
+        isolation,
     ]
     if database:
         cmd += ["--database", database]
@@ -96,10 +105,53 @@ def _forward_signals(child: subprocess.Popen, on_stop=None) -> None:
 
 
 def run_superlink(port: int, host: str = "127.0.0.1", database: str | None = None) -> int:
-    """Run a SuperLink in the foreground until it exits; return its exit code."""
-    child = subprocess.Popen(superlink_command(port, host, database), env=_env())
-    _forward_signals(child)
-    return child.wait()
+    """Run a SuperLink node until stopped; return the SuperLink's exit code.
+
+    The node runs ``flower-superlink`` (process isolation, state in ``database``) and a
+    long-lived ``flower-superexec`` that launches ServerApps. SIGUSR1 restarts the
+    SuperLink (SIGKILL, then start again on the same port and database): the fault
+    ``superlink-restart``. The SuperExec and a running ServerApp survive it; SuperNodes
+    and the ServerApp reconnect with Flower's own retries.
+    """
+    env = _env()
+    cmd = superlink_command(port, host, database, isolation="process")
+    link = subprocess.Popen(cmd, env=env)
+    sx = subprocess.Popen(
+        [flower_bin("flower-superexec"), "--insecure", "--runtime-api-address", f"{host}:{port}"],
+        env=env,
+    )
+    state = {"stop": False, "restart": False}
+
+    def on_stop(_signum, _frame) -> None:
+        state["stop"] = True
+
+    def on_restart(_signum, _frame) -> None:
+        state["restart"] = True
+
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGINT, on_stop)
+    signal.signal(signal.SIGUSR1, on_restart)
+    code = 0
+    while not state["stop"]:
+        if state["restart"]:
+            state["restart"] = False
+            link.kill()
+            link.wait()
+            link = subprocess.Popen(cmd, env=env)
+            print(f"superlink restarted (pid {link.pid})", flush=True)
+        elif link.poll() is not None:
+            code = link.returncode
+            break
+        time.sleep(0.1)
+    for p in (link, sx):
+        if p.poll() is None:
+            p.terminate()
+    for p in (link, sx):
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    return code
 
 
 CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")

@@ -221,12 +221,22 @@ def _run_fl(
             }
         )
         deadline = time.time() + spec.round_timeout_s * (spec.rounds + 2) + 120
-        while proc.poll() is None and time.time() < deadline:
+        restarts = 0
+        while time.time() < deadline and not ended:
             pump()
+            if proc.poll() is not None:
+                time.sleep(0.5)
+                pump()
+                # The log stream drops when the SuperLink restarts (fault
+                # superlink-restart); the run itself goes on: stream it again.
+                now = getattr(backend, "superlink_restarts", 0)
+                if ended or now == restarts or backend.flwr_run_id() is None:
+                    break
+                restarts = now
+                proc = backend.attach(backend.flwr_run_id())
+                store.add_event(run_id, "stream_reattached", after_restarts=now)
             time.sleep(0.25)
-        time.sleep(0.3)
-        pump()
-        if proc.poll() is None:
+        if not ended and proc.poll() is None:
             raise TimeoutError("the Flower run did not finish in time (see logs/flwr-run.log)")
     finally:
         pump()

@@ -167,3 +167,21 @@ def test_node_limits_cap_memory_and_pin_cpus(tmp_path: Path) -> None:
         cgroup_dir(applied["pid"]).rmdir()
     assert applied["cpus"] == "0" and "memory" in applied
     assert "allocated" not in out.stdout and out.returncode != 0
+
+
+@pytest.mark.slow
+def test_superlink_restart_mid_run_loses_nothing(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    res = run_experiment(
+        parse_spec(spec(5, "  - {kind: superlink-restart, at_round: 3}", clients=2, timeout_s=60)),
+        store,
+    )
+    assert res.status == "completed", res.summary
+    kinds = [e[2] for e in store.events(res.run_id)]
+    assert "fault_injected" in kinds and "fault_rejected" not in kinds
+    acc = {r for r, *_ in store.metrics(res.run_id, "global_acc")}
+    assert acc == set(range(0, 6))  # every round before and after the restart recorded
+    st = statuses(store, res.run_id)
+    assert all(st[(r, n)] == "completed" for r in range(1, 6) for n in ("edge-1", "edge-2"))
+    assert "superlink restarted" in (res.artifact_dir / "logs" / "cloud.log").read_text()
+    assert processes_under(tmp_path) == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -60,6 +61,7 @@ class LocalBackend:
         self.node_ports: dict[str, int] = {}
         self._cmds: dict[str, list[str]] = {}
         self.proxies: dict[str, object] = {}  # node -> ShapingProxy (links.mode: proxy)
+        self.superlink_restarts = 0
 
     def _node_cmd(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "testbed", "node", *args]
@@ -69,9 +71,11 @@ class LocalBackend:
         server = self.plan.server
         for _attempt in range(3):  # a port taken between choice and bind: pick again
             port = free_port()
+            db = (self.run_dir / "nodes" / server.name / "superlink.db").resolve()
+            db.parent.mkdir(parents=True, exist_ok=True)
             p = self.procs.start(
                 server.name,
-                self._node_cmd("superlink", "--port", str(port)),
+                self._node_cmd("superlink", "--port", str(port), "--database", str(db)),
                 self.run_dir / "logs" / f"{server.name}.log",
                 env=_env(self.run_dir / "nodes" / server.name),
             )
@@ -213,7 +217,31 @@ class LocalBackend:
         self.proxies[name].partition(on)
 
     def restart_superlink(self) -> None:
-        raise NotImplementedError("SuperLink restart is not supported by this backend yet")
+        """SIGKILL the SuperLink and start it again (same port, same state database).
+
+        The node agent does it on SIGUSR1; its SuperExec and the ServerApp survive.
+        """
+        os.kill(self.procs.procs[self.plan.server.name].pid, signal.SIGUSR1)
+        self.superlink_restarts += 1
+
+    def attach(self, flwr_run_id: int) -> subprocess.Popen:
+        """Stream a submitted run's logs again (after the SuperLink came back)."""
+        wait_port(int(self.superlink_port or 0), 60)
+        cmd = [flower_bin("flwr"), "log", str(flwr_run_id), "fleet", "--stream"]
+        return self.procs.start(
+            "flwr-run",
+            cmd,
+            self.run_dir / "logs" / "flwr-run.log",
+            env=_env(self.run_dir / "flwr_home"),
+        )
+
+    def flwr_run_id(self) -> int | None:
+        """The Flower run id printed by ``flwr run``."""
+        import re
+
+        log = (self.run_dir / "logs" / "flwr-run.log").read_text(errors="replace")
+        m = re.search(r"Successfully started run (\d+)", log)
+        return int(m.group(1)) if m else None
 
     def submit(self, run_config: dict[str, object]) -> subprocess.Popen:
         """Submit the Flower app with ``flwr run --stream``; the process ends with the run."""

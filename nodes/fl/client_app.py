@@ -60,7 +60,8 @@ def train(msg: Message, context: Context) -> Message:
     metrics["num-examples"] = len(splits.silo_train[pid])
     up = spec.uplink
     if up.compression == "tt" and context.node_config.get("tier") in up.tiers:
-        arrays = task.encode_delta(model, msg.content["arrays"], up, context.state)  # TT-Edge uplink
+        # TT-Edge uplink: the encoded update, residual kept in context.state
+        arrays = task.encode_delta(model, msg.content["arrays"], up, context.state)
         metrics["tt-compressed"] = 1
     else:
         arrays = ArrayRecord(model.state_dict())

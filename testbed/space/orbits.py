@@ -172,9 +172,14 @@ class _Kepler:
         self.dt0 = (start - epoch).total_seconds()
 
     def inertial_m(self, t_s: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        tt = self.dt0 + t_s[None, :]
-        raan = self.raan0[idx, None] + self.raan_rate * tt
-        u = self.u0[idx, None] + self.u_rate * tt
+        """Positions (m) of satellites ``idx`` at times ``t_s``, shape ``(n_idx, n_t, 3)``."""
+        return self.inertial_pairs_m(t_s[None, :], np.asarray(idx)[:, None])
+
+    def inertial_pairs_m(self, t_s: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        """Positions (m) of satellite ``idx[i]`` at ``t_s[i]`` (broadcast), shape ``(..., 3)``."""
+        tt = self.dt0 + t_s
+        raan = self.raan0[idx] + self.raan_rate * tt
+        u = self.u0[idx] + self.u_rate * tt
         cu, su, co, so = np.cos(u), np.sin(u), np.cos(raan), np.sin(raan)
         ci, si = math.cos(self.inc), math.sin(self.inc)
         return self.a * np.stack([co * cu - so * su * ci, so * cu + co * su * ci, su * si], -1)
@@ -187,7 +192,16 @@ class _SGP4:
         self.satrecs = satrecs
         self.jd, self.fr = julian_date(start)
 
+    def inertial_pairs_m(self, t_s: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        """Positions (m) of satellite ``idx[i]`` at ``t_s[i]``, shape ``(n, 3)``."""
+        out = np.empty((len(idx), 3))
+        for i in np.unique(idx):
+            m = idx == i
+            out[m] = self.inertial_m(t_s[m], np.array([i]))[0]
+        return out
+
     def inertial_m(self, t_s: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        """Positions (m) of satellites ``idx`` at times ``t_s``, shape ``(n_idx, n_t, 3)``."""
         fr = self.fr + t_s / 86400.0
         jd = np.full_like(fr, self.jd)
         arr = SatrecArray([self.satrecs[i] for i in idx])
@@ -345,11 +359,13 @@ class Constellation:
 
     def ecef_pairs_m(self, sats: np.ndarray, t_s: np.ndarray) -> np.ndarray:
         """Positions of satellite ``sats[i]`` at time ``t_s[i]``, shape ``(n, 3)``."""
-        out = np.empty((len(sats), 3))
-        for s in np.unique(sats):
-            m = sats == s
-            out[m] = self.ecef_m(t_s[m], [int(s)])[0]
-        return out
+        sats, t = np.asarray(sats, dtype=int), np.asarray(t_s, dtype=float)
+        out = np.full((len(sats), 3), np.nan)
+        for prop, gidx in self._groups:
+            m = (sats >= gidx[0]) & (sats <= gidx[-1])
+            if np.any(m):
+                out[m] = prop.inertial_pairs_m(t[m], sats[m] - gidx[0])  # type: ignore[attr-defined]
+        return inertial_to_ecef(out, self.gmst(t))
 
 
 def resolve_start(spec: SpaceSpec, tles: Sequence[TleSatellite] = ()) -> datetime:

@@ -140,22 +140,33 @@ class SpaceModel:
     def params(self, serving: Serving) -> LinkParams:
         """Link state of one served interval (latency rounded to 0.01 ms, rate to
         0.1 Mbit/s); partitioned when nothing serves."""
+        return self._params_of([serving])[0]
+
+    def _params_of(self, timeline: Sequence[Serving]) -> list[LinkParams]:
         budget = self.spec.link_budget
-        if serving.route is None:
-            return LinkParams(bandwidth_mbps=budget.min_rate_mbps, partitioned=True)
-        path_m = float(sum(serving.hop_ranges_m))
-        rate = float(np.min(rate_mbps(budget, np.array(serving.hop_ranges_m))))
-        return LinkParams(
-            bandwidth_mbps=max(round(rate, 1), budget.min_rate_mbps),
-            latency_ms=round(path_m / C_M_S * 1e3 + self.spec.processing_delay_ms, 2),
-        )
+        hops = max((len(s.hop_ranges_m) for s in timeline), default=0)
+        ranges = np.full((len(timeline), max(hops, 1)), np.nan)
+        for i, s in enumerate(timeline):
+            ranges[i, : len(s.hop_ranges_m)] = s.hop_ranges_m
+        path_m = np.nansum(ranges, axis=1)
+        hop_rate = rate_mbps(budget, np.nan_to_num(ranges, nan=1.0))
+        rate = np.min(np.where(np.isnan(ranges), np.inf, hop_rate), axis=1)  # slowest hop
+        latency = np.round(path_m / C_M_S * 1e3 + self.spec.processing_delay_ms, 2)
+        rate = np.maximum(np.round(rate, 1), budget.min_rate_mbps)
+        cut = LinkParams(bandwidth_mbps=budget.min_rate_mbps, partitioned=True)
+        return [
+            cut
+            if s.route is None
+            else LinkParams(bandwidth_mbps=float(rate[i]), latency_ms=float(latency[i]))
+            for i, s in enumerate(timeline)
+        ]
 
     def link_schedule(self, node: str, poll_s: float = 0.05) -> LinkSchedule:
         """Piecewise-constant schedule of ``node``'s link, starts in WALL seconds after
         the origin (orbital seconds / ``time_compression``); equal neighbours merged."""
+        timeline = self.timeline(node)
         segs: list[tuple[float, LinkParams]] = []
-        for s in self.timeline(node):
-            p = self.params(s)
+        for s, p in zip(timeline, self._params_of(timeline), strict=True):
             if segs and segs[-1][1] == p:
                 continue
             segs.append((s.start_s / self.compression, p))

@@ -53,6 +53,7 @@ def main() -> None:
     ap.add_argument("--spec", default=str(ROOT / "experiments" / "quickstart.yaml"))
     ap.add_argument("--eps", type=float, nargs="+", default=[0.6, 0.7, 0.8, 0.9])
     ap.add_argument("--out", default="bench_out")
+    ap.add_argument("--wire-dtype", default="float32", choices=["float32", "float16"])
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -62,7 +63,7 @@ def main() -> None:
         print("uncompressed ...", flush=True)
         results["none"] = one(args.spec, [], store)
         for eps in args.eps:
-            print(f"TT uplink eps={eps} ...", flush=True)
+            print(f"TT uplink eps={eps} ({args.wire_dtype} on the wire) ...", flush=True)
             results[f"tt eps={eps}"] = one(
                 args.spec,
                 ["workload.fl.uplink.compression=tt", f"workload.fl.uplink.eps={eps}"],

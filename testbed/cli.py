@@ -51,51 +51,77 @@ def validate(file: Path, set_: SetOpt = None) -> None:
 @app.command()
 def run(
     file: Path,
-    backend: Annotated[str, typer.Option(help="local (default)")] = "local",
+    backend: Annotated[str, typer.Option(help="local (default) or compose")] = "local",
     out: OutOpt = Path("runs"),
     set_: SetOpt = None,
     cold: Annotated[
         bool, typer.Option(help="Flower's cold per-message ClientApp processes")
     ] = False,
+    parallel: Annotated[int, typer.Option(help="sweep: configurations run at once")] = 1,
+    item: Annotated[int | None, typer.Option(hidden=True)] = None,
+    sweep_id: Annotated[str | None, typer.Option(hidden=True)] = None,
 ) -> None:
     """Run an experiment (every configuration of its sweep; finished ones are skipped)."""
     from testbed.backends import get_backend
-    from testbed.console import ConsoleObserver
-    from testbed.runner import run_experiment, sweep_id_of, sweep_items
+    from testbed.runner import sweep_id_of, sweep_items
     from testbed.spec.loader import SpecError, expand, parse_set
-    from testbed.store import RunStore
 
     try:
         items = sweep_items(expand(file, parse_set(set_ or [])))
         get_backend(backend)
     except (SpecError, ValueError) as e:
         raise _fail(str(e)) from None
-    store = RunStore(out)
-    sweep = (
+    if parallel < 1:
+        raise _fail("--parallel: must be >= 1")
+    sweep = sweep_id or (
         sweep_id_of(str(file), file.read_text() + json.dumps(set_ or []))
         if len(items) > 1
         else None
     )
+    if item is not None:  # one configuration of a sweep (a child of --parallel)
+        if not 0 <= item < len(items):
+            raise _fail(f"--item: must be in 0..{len(items) - 1}")
+        items = [items[item]]
+    elif sweep and parallel > 1:
+        from testbed.sweep import run_parallel
+
+        try:
+            counts = run_parallel(file, items, sweep, out, parallel, set_ or [], backend, console)
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted[/]: runs stopped and marked interrupted")
+            raise typer.Exit(130) from None
+        console.print(f"sweep {sweep}: {counts}; report: testbed report {sweep} --out {out}")
+        raise typer.Exit(1 if counts["failed"] else 0)
+    _run_items(file, items, sweep, out, backend, cold, set_ or [])
+
+
+def _run_items(
+    file: Path, items: list, sweep: str | None, out: Path, backend: str, cold: bool, sets: list[str]
+) -> None:
+    """Run configurations one after the other in this process, with live display."""
+    from testbed.console import ConsoleObserver
+    from testbed.runner import run_experiment
+    from testbed.store import RunStore
+
+    store = RunStore(out)
     results = []
     try:
-        for i, item in enumerate(items, 1):
+        for i, it in enumerate(items, 1):
             label = f"[{i}/{len(items)}] " if len(items) > 1 else ""
-            if sweep and (done := store.completed_variant(sweep, item.variant)):
-                console.print(
-                    f"{label}skip (done: {done.run_id}) {item.assignment} seed={item.seed}"
-                )
+            if sweep and (done := store.completed_variant(sweep, it.variant)):
+                console.print(f"{label}skip (done: {done.run_id}) {it.assignment} seed={it.seed}")
                 continue
             if label:
-                console.rule(f"{label}{item.assignment} seed={item.seed}")
+                console.rule(f"{label}{it.assignment} seed={it.seed}")
             res = run_experiment(
-                item.experiment,
+                it.experiment,
                 store,
-                seed=item.seed,
+                seed=it.seed,
                 backend=backend,
                 spec_path=str(file),
                 sweep_id=sweep,
-                variant=item.variant,
-                assignment=item.assignment,
+                variant=it.variant,
+                assignment=it.assignment,
                 observer=ConsoleObserver(console, label),
                 backend_options={} if not cold else {"warm": False},
             )
@@ -106,7 +132,7 @@ def run(
     except Exception as e:  # a run failed: record kept, say so plainly
         err_console.print(f"[red]run failed:[/] {type(e).__name__}: {e}")
         raise typer.Exit(1) from None
-    if sweep:
+    if sweep and len(items) > 1:
         console.print(f"sweep {sweep}: {len(results)} run(s) this time, store {store.path}")
     if any(r.status != "completed" for r in results):
         raise typer.Exit(1)
@@ -186,6 +212,24 @@ def export(
     path = to or Path(r.artifact_dir or ".") / f"metrics.{format}"
     df.to_csv(path, index=False) if format == "csv" else df.to_parquet(path, index=False)
     console.print(f"{len(df)} rows -> {path}")
+
+
+@app.command()
+def report(
+    sweep_id: str,
+    out: OutOpt = Path("runs"),
+    to: Annotated[Path | None, typer.Option("-o", help="report folder")] = None,
+) -> None:
+    """Write a sweep's report (markdown + HTML with plots and tables)."""
+    from testbed.report import write_report
+    from testbed.store import RunStore
+
+    store = RunStore(out)
+    try:
+        md, page = write_report(store, sweep_id, to or out / "reports" / sweep_id)
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    console.print(f"wrote {md} and {page}")
 
 
 @app.command()

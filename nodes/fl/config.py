@@ -145,6 +145,14 @@ class EvaluationSpec(Frozen):
 
     federated: Literal["piggyback", "separate", "none"] = "piggyback"
     centralized: bool = True
+    per_silo: bool = Field(
+        False,
+        description="server also scores the global model on every silo's local test "
+        "split (oracle view: includes silos that failed) and per class",
+    )
+    contributions: bool = Field(
+        False, description="leave-one-out contribution of each silo to each round's aggregate"
+    )
 
 
 class UplinkSpec(Frozen):
@@ -160,6 +168,9 @@ class UplinkSpec(Frozen):
     max_rank: int | None = Field(None, ge=1)
     min_numel: int = Field(1024, ge=1, description="smaller tensors are sent raw")
     error_feedback: bool = Field(True, description="carry the codec's residual to next round")
+    wire_dtype: Literal["float32", "float16"] = Field(
+        "float32", description="float arrays of the encoded update are sent in this dtype"
+    )
     tiers: list[Literal["edge", "fog", "cloud", "space"]] = Field(
         default_factory=lambda: ["edge", "fog", "space"]
     )

@@ -12,7 +12,7 @@ from typing import Any
 
 from flwr.app import Message
 
-from nodes.fl.task import array_nbytes, decode_delta
+from nodes.fl.task import array_nbytes, decode_delta, weighted_average
 from nodes.fl.telemetry import Telemetry
 
 
@@ -34,6 +34,7 @@ class RecordingMixin:
         self._names: dict[int, str] = {}
         self._sent: dict[int, int] = {}
         self._msgs: list[Message] = []
+        self.contribution_fn = None  # arrays -> accuracy, set by the ServerApp
         self._dst_of: dict[str, int] = {}
         self._round_t0 = 0.0
 
@@ -98,6 +99,8 @@ class RecordingMixin:
             tel.metric("bytes_lost", self._sent.get(nid, 0), server_round, self._name(nid))
         arrays, metrics = super().aggregate_train(server_round, replies)  # type: ignore[misc]
         tel.metric("round_duration_s", time.time() - self._round_t0, server_round)
+        if self.contribution_fn is not None and arrays is not None:
+            self._contributions(server_round, [m for m in replies if not m.has_error()])
         if metrics is not None and "eval-acc" in metrics and server_round > 1:
             tel.metric("federated_acc", float(metrics["eval-acc"]), server_round - 1)
         tel.event(
@@ -107,6 +110,21 @@ class RecordingMixin:
             duration_s=time.time() - self._round_t0,
         )
         return arrays, metrics
+
+    def _contributions(self, server_round: int, ok: list[Message]) -> None:
+        """Leave-one-out: accuracy of this round's FedAvg aggregate minus that of the
+        aggregate without silo i (server test set). Recorded as ``contribution``."""
+        if len(ok) < 2:
+            return
+        recs = [m.content["arrays"] for m in ok]
+        w = [float(m.content["metrics"]["num-examples"]) for m in ok]
+        full = self.contribution_fn(weighted_average(recs, w))
+        for i, m in enumerate(ok):
+            rest = weighted_average(recs[:i] + recs[i + 1 :], w[:i] + w[i + 1 :])
+            name = self._name(self._dst(m))
+            self.telemetry.metric(
+                "contribution", full - self.contribution_fn(rest), server_round, name
+            )
 
     def configure_evaluate(self, server_round: int, arrays, config, grid):
         if self.federated_eval == "none":

@@ -11,6 +11,7 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 
@@ -60,7 +61,21 @@ def main(grid: Grid, context: Context) -> None:
         loss, acc = task.evaluate(model, splits.server_test)
         tel.metric("global_acc", acc, server_round)
         tel.metric("global_loss", loss, server_round)
+        if spec.evaluation.per_silo:
+            for name, test in zip(names, splits.silo_test, strict=True):
+                tel.metric("silo_acc", task.evaluate(model, test)[1], server_round, name)
+            for c, a in enumerate(task.class_accuracy(model, splits.server_test)):
+                tel.metric(f"class_acc/{c}", a, server_round)
         return MetricRecord({"accuracy": acc, "loss": loss})
+
+    if spec.evaluation.contributions:
+        strategy.contribution_fn = lambda arrays: task.evaluate(
+            task.load(model, arrays), splits.server_test
+        )[1]
+    if spec.evaluation.per_silo:  # which classes each silo holds (for the report)
+        for name, tr in zip(names, splits.silo_train, strict=True):
+            counts = np.bincount(tr.y, minlength=splits.num_classes)
+            tel.event("silo_classes", node=name, counts=counts.tolist())
 
     tel.event("run_start", nodes=names, rounds=spec.rounds)
     result = strategy.start(

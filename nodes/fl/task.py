@@ -116,6 +116,42 @@ def evaluate(model, data: Dataset) -> tuple[float, float]:
     return loss, acc
 
 
+def class_accuracy(model, data: Dataset) -> list[float]:
+    """Accuracy per class (NaN for a class absent from ``data``)."""
+    import torch
+
+    model.eval()
+    with torch.no_grad():
+        pred = model(torch.from_numpy(data.x)).argmax(1).numpy()
+    return [
+        float(np.mean(pred[data.y == c] == c)) if np.any(data.y == c) else float("nan")
+        for c in range(data.num_classes)
+    ]
+
+
+def load(model, arrays):
+    """Load an ArrayRecord into ``model`` and return it."""
+    model.load_state_dict(arrays.to_torch_state_dict())
+    return model
+
+
+def weighted_average(records: list, weights: list[float]):
+    """FedAvg of ArrayRecords (numpy), as an ArrayRecord."""
+    from collections import OrderedDict
+
+    from flwr.app import Array, ArrayRecord
+
+    total = float(sum(weights))
+    keys = list(records[0].keys())
+    out = OrderedDict()
+    for k in keys:
+        acc = sum(
+            r[k].numpy().astype(np.float64) * w for r, w in zip(records, weights, strict=True)
+        )
+        out[k] = Array(np.ascontiguousarray((acc / total).astype(records[0][k].numpy().dtype)))
+    return ArrayRecord(out)
+
+
 def flip_labels(data: Dataset, seed: int) -> Dataset:
     """A faulty silo: labels mapped through a fixed derangement of the classes."""
     rng = np.random.default_rng(seed)
@@ -155,12 +191,19 @@ def encode_delta(model, received, uplink, state=None):
         res = state["tt-residual"]
         delta = {k: d + res[k].numpy() if k in res else d for k, d in delta.items()}
     enc = encode_update(delta, uplink.eps, uplink.max_rank, uplink.min_numel)
+    if uplink.wire_dtype == "float16":  # halve the bytes of cores and raw float tensors
+        enc = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in enc.items()}
     if feedback:
-        dec = decode_update(enc)
+        dec = decode_update(_widen(enc))
         state["tt-residual"] = ArrayRecord(
             {k: Array(np.ascontiguousarray(delta[k] - dec[k])) for k in delta}
         )
     return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in enc.items()})
+
+
+def _widen(enc: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """float16 wire arrays back to float32 for the codec."""
+    return {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in enc.items()}
 
 
 def decode_delta(encoded, glob: dict[str, np.ndarray]):
@@ -171,7 +214,7 @@ def decode_delta(encoded, glob: dict[str, np.ndarray]):
 
     from nodes.compression.codec import decode_update
 
-    delta = decode_update({k: v.numpy() for k, v in encoded.items()})
+    delta = decode_update(_widen({k: v.numpy() for k, v in encoded.items()}))
     full = OrderedDict((k, Array(np.ascontiguousarray(glob[k] + delta[k]))) for k in glob)
     return ArrayRecord(full)
 

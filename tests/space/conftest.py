@@ -23,6 +23,7 @@ def equatorial_spec(**overrides: object) -> SpaceSpec:
                 "sats_per_plane": 1,
                 "altitude_km": 550.0,
                 "inclination_deg": 0.0,
+                "epoch_utc": "2025-03-20T00:00:00Z",
             }
         ],
         "ground_stations": [

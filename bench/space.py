@@ -152,8 +152,10 @@ def reference_windows(days: float) -> dict:
         "ours_s": t_ours,
         "skyfield_s": t_ref,
     }
-    print(f"\n## ISS TLE (epoch {con.start_utc:%Y-%m-%d %H:%M:%S} UTC), {len(STATIONS)} stations, "
-          f"{days:g} days: {out['iss']['windows']} windows, unmatched {missing}")  # fmt: skip
+    print(
+        f"\n## ISS TLE (epoch {con.start_utc:%Y-%m-%d %H:%M:%S} UTC), {len(STATIONS)} stations, "
+        f"{days:g} days: {out['iss']['windows']} windows, unmatched {missing}"
+    )
     print(f"  vs skyfield find_events   start: {_stats(np.array(all_s))}")
     print(f"                            end:   {_stats(np.array(all_e))}")
     print(f"  vs skyfield elevation     start: {_stats(np.array(all_gs))}")
@@ -161,8 +163,14 @@ def reference_windows(days: float) -> dict:
     print(f"  time: ours {t_ours * 1e3:.0f} ms, skyfield (events + bisection) {t_ref:.1f} s")
 
     # a Walker shell through sgp4init, against skyfield on the very same satrecs
-    shell = {"planes": 4, "sats_per_plane": 5, "altitude_km": 550.0, "inclination_deg": 53.0,
-             "phasing": 1, "propagator": "sgp4"}  # fmt: skip
+    shell = {
+        "planes": 4,
+        "sats_per_plane": 5,
+        "altitude_km": 550.0,
+        "inclination_deg": 53.0,
+        "phasing": 1,
+        "propagator": "sgp4",
+    }
     base = {"ground_stations": STATIONS[2:3], "start_utc": "2025-03-20T00:00:00Z"}
     spec_w = SpaceSpec.model_validate(base | {"shells": [shell]})
     con_w = Constellation(spec_w)
@@ -182,8 +190,10 @@ def reference_windows(days: float) -> dict:
         ws += ds
         we += de
         wmiss += miss
-    print(f"\n## Walker 53:20/4/1 550 km, sgp4init, vs skyfield on the same satrecs, 1 day, "
-          f"madrid: {len(ours_w)} windows, unmatched {wmiss}")  # fmt: skip
+    print(
+        f"\n## Walker 53:20/4/1 550 km, sgp4init, vs skyfield on the same satrecs, 1 day, "
+        f"madrid: {len(ours_w)} windows, unmatched {wmiss}"
+    )
     print(f"  start: {_stats(np.array(ws))}\n  end:   {_stats(np.array(we))}")
     # two theories on the same elements: Keplerian + J2 secular vs SGP4
     spec_k = SpaceSpec.model_validate(base | {"shells": [shell | {"propagator": "keplerian"}]})
@@ -234,7 +244,7 @@ def build_times() -> dict:
                             "phasing": 1,
                         }
                     ]
-                }  # fmt: skip
+                }
             ),
             [f"sat-{i}" for i in range(1, 21)],
         ),
@@ -274,13 +284,14 @@ def play(factor: float, play_s: float) -> dict:
     """Play the busiest ``play_s`` seconds of a space node's schedule through a proxy."""
     spec = SpaceSpec.model_validate(
         {
-            "shells": [{"planes": 1, "sats_per_plane": 1, "altitude_km": 550.0,
-                        "inclination_deg": 0.0}],
+            "shells": [
+                {"planes": 1, "sats_per_plane": 1, "altitude_km": 550.0, "inclination_deg": 0.0}
+            ],
             "ground_stations": [{"name": "gw", "lat_deg": 0.0, "lon_deg": 0.0}],
             "start_utc": "2025-03-20T00:00:00Z",
             "time_compression": factor,
         }
-    )  # fmt: skip
+    )
     model = SpaceModel(spec, ["sat"], horizon_s=max(4 * 6200.0 / factor, play_s + 10))
     sched = model.link_schedule("sat")
     # start 1 s before the first rise
@@ -352,6 +363,37 @@ def play(factor: float, play_s: float) -> dict:
     return res
 
 
+def held_byte_control(latency_ms: float = 7.3, repeats: int = 3) -> list[float]:
+    """The same held byte with the partition lifted by hand (``set_params``), no
+    schedule: time from lifting to the echo, ms."""
+    from testbed.emulation.link import LinkParams
+
+    ls, port = _echo_server()
+    out = []
+    try:
+        for _ in range(repeats):
+            proxy = ShapingProxy("ctl", "127.0.0.1", port, LinkParams(partitioned=True))
+            proxy.start()
+            try:
+                with socket.create_connection(("127.0.0.1", proxy.listen_port)) as c:
+                    time.sleep(0.3)
+                    c.sendall(b"p")
+                    time.sleep(0.3)
+                    t = time.monotonic()
+                    proxy.set_params(LinkParams(bandwidth_mbps=100.0, latency_ms=latency_ms))
+                    c.recv(1)
+                    out.append((time.monotonic() - t) * 1e3)
+            finally:
+                proxy.stop()
+    finally:
+        ls.close()
+    print(
+        f"  control: partition lifted by hand, {latency_ms} ms one way: echo after "
+        f"{', '.join(f'{x:.1f}' for x in out)} ms"
+    )
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--days", type=float, default=2.0)
@@ -362,6 +404,7 @@ def main() -> None:
     res: dict = {"reference": reference_windows(args.days), "build": build_times()}
     print(f"\n## Schedules played by a ShapingProxy ({args.play_s:g} s wall each)")
     res["play"] = [play(float(f), args.play_s) for f in args.factors.split(",")]
+    res["held_byte_control_ms"] = held_byte_control()
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))
 

@@ -26,6 +26,7 @@ from testbed.spec.loader import SpecError, expand, parse_set, parse_spec
 from testbed.store import RunRow, RunStore
 
 SUFFIXES = (".yaml", ".yml")
+TOPOLOGY_KEYS = ("name", "seed", "profiles", "fleet", "links")
 
 
 class UserError(Exception):
@@ -231,7 +232,17 @@ class Controller:
         text = _resolved(run.artifact_dir or "")
         if text is None:
             raise UserError(404, f"run {run.run_id} has no spec.resolved.yaml")
-        return make_plan(parse_spec(text, f"{run.run_id}/spec.resolved.yaml"), run.seed)
+        source = f"{run.run_id}/spec.resolved.yaml"
+        try:
+            return make_plan(parse_spec(text, source), run.seed)
+        except SpecError:  # written by another testbed version: its topology is enough
+            raw = yaml.safe_load(text) or {}
+            keep = {k: raw[k] for k in TOPOLOGY_KEYS if k in raw}
+            try:
+                exp = parse_spec(yaml.safe_dump({**keep, "workload": {"fl": {}}}), source)
+            except SpecError as e:
+                raise UserError(409, f"run {run.run_id}: cannot read its fleet: {e}") from None
+            return make_plan(exp, run.seed)
 
     def run_row(self, run: RunRow) -> dict[str, Any]:
         s = run.summary_dict

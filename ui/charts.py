@@ -1,0 +1,233 @@
+"""Figures built from controller data (pure functions: data in, figure out).
+
+``fleet_dot`` draws the continuum as a Graphviz graph: one layer per tier (space, cloud,
+fog, edge from top to bottom), nodes filled by state, each client's link to the server
+labelled with bandwidth and latency and drawn by its state. The Altair builders turn
+long-format metric rows (``round``, ``node``, ``name``, ``value``) and event rows into
+charts.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import altair as alt
+import pandas as pd
+
+NODE_COLOURS = {
+    "up": "#3fb950",
+    "down": "#f85149",
+    "straggling": "#f0883e",
+    "misconfigured": "#d29922",
+    "starting": "#c9d1d9",
+    "planned": "#a5d6ff",
+}
+LINK_STYLES = {
+    "ok": ("#57606a", "solid"),
+    "partitioned": ("#f85149", "dashed"),
+    "degraded": ("#f0883e", "bold"),
+    "not emulated": ("#8c959f", "dotted"),
+}
+FAULT_EVENTS = ("fault_injected", "fault_rejected")
+EFFECT_EVENTS = (
+    "node_down",
+    "node_restarted",
+    "node_rejoined",
+    "link_partitioned",
+    "link_healed",
+    "straggler_set",
+    "misconfig_set",
+    "link_changed",
+    "link_degraded",
+    "link_restored",
+)
+
+
+def link_label(link: dict[str, Any]) -> str:
+    """``100 Mbps / 20 ms`` (+ jitter and loss when set; ``unlimited`` bandwidth)."""
+    bw = link.get("bandwidth_mbps")
+    parts = [f"{bw:g} Mbps" if bw else "unlimited", f"{link.get('latency_ms') or 0:g} ms"]
+    if link.get("jitter_ms"):
+        parts.append(f"±{link['jitter_ms']:g} ms")
+    if link.get("loss_pct"):
+        parts.append(f"{link['loss_pct']:g}% loss")
+    label = " / ".join(parts)
+    return label if link.get("state") in ("ok", None) else f"{label}\\n{link['state']}"
+
+
+def fleet_dot(fleet: dict[str, Any]) -> str:
+    """Graphviz DOT of a fleet (see the module docstring)."""
+    lines = [
+        "digraph continuum {",
+        '  graph [rankdir=TB, ranksep=0.9, nodesep=0.35, fontname="Helvetica", bgcolor=none];',
+        '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=11];',
+        '  edge [fontname="Helvetica", fontsize=9, dir=none];',
+    ]
+    for tier in fleet["tiers"]:
+        lines.append(f'  subgraph "cluster_{tier}" {{')
+        lines.append(f'    label="{tier}"; style="rounded,dashed"; color="#8c959f"; rank=same;')
+        for n in fleet["nodes"]:
+            if n["tier"] != tier:
+                continue
+            colour = NODE_COLOURS.get(n["state"], "#ffffff")
+            role = " (server)" if n["role"] == "server" else ""
+            label = f"{n['name']}{role}\\n{n['profile']}\\n{n['state']}"
+            lines.append(f'    "{n["name"]}" [label="{label}", fillcolor="{colour}"];')
+        lines.append("  }")
+    layer = {t: i for i, t in enumerate(fleet["tiers"])}
+    tier_of = {n["name"]: n["tier"] for n in fleet["nodes"]}
+    for lk in fleet["links"]:
+        colour, style = LINK_STYLES.get(lk["state"], LINK_STYLES["ok"])
+        a, b = lk["peer"], lk["node"]
+        if layer.get(tier_of.get(b, ""), 0) < layer.get(tier_of.get(a, ""), 0):
+            a, b = b, a  # edges point down the layers, so tiers stack in order
+        lines.append(
+            f'  "{a}" -> "{b}" [label="{link_label(lk)}", color="{colour}",'
+            f' fontcolor="{colour}", style={style}];'
+        )
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def node_table(fleet: dict[str, Any]) -> pd.DataFrame:
+    """One row per node: state, tier, role, profile, CPU, memory, accelerator."""
+    rows = [
+        {
+            "node": n["name"],
+            "state": n["state"],
+            "detail": n.get("detail", ""),
+            "tier": n["tier"],
+            "role": n["role"],
+            "profile": n["profile"],
+            "CPU cores": n["cpu_cores"],
+            "CPU speed (x host)": n["cpu_speed_factor"],
+            "memory MB": n["memory_mb"],
+            "accelerator": n.get("accelerator") or "-",
+            "peak RSS MB": round(n["peak_rss_mb"]) if n.get("peak_rss_mb") else None,
+        }
+        for n in fleet["nodes"]
+    ]
+    return pd.DataFrame(rows)
+
+
+def link_table(fleet: dict[str, Any]) -> pd.DataFrame:
+    """One row per link: ends, state, bandwidth, latency, jitter, loss, bytes moved."""
+    mb = 1e6
+    rows = [
+        {
+            "link": f"{lk['node']} - {lk['peer']}",
+            "state": lk["state"],
+            "bandwidth Mbps": lk["bandwidth_mbps"],
+            "latency ms": lk["latency_ms"],
+            "jitter ms": lk["jitter_ms"],
+            "loss %": lk["loss_pct"],
+            "scheduled": lk["scheduled"],
+            "MB up": None if lk["bytes_up"] is None else round(lk["bytes_up"] / mb, 2),
+            "MB down": None if lk["bytes_down"] is None else round(lk["bytes_down"] / mb, 2),
+        }
+        for lk in fleet["links"]
+    ]
+    return pd.DataFrame(rows)
+
+
+def per_round(df: pd.DataFrame, names: list[str]) -> pd.DataFrame:
+    """Rows of metrics ``names`` that have a round, as (round, series, value)."""
+    sel = df[df["name"].isin(names) & df["round"].notna()].copy()
+    sel["series"] = sel["name"] + sel["node"].map(lambda n: f" ({n})" if pd.notna(n) else "")
+    return sel[["round", "series", "name", "node", "value"]]
+
+
+def line_chart(
+    df: pd.DataFrame, y_title: str, colour: str = "series", legend_bottom: bool = False
+) -> alt.Chart:
+    """Value per round, one line per ``colour`` value (legend below for long names)."""
+    legend = alt.Legend(orient="bottom", columns=1, labelLimit=0) if legend_bottom else None
+    return (
+        alt.Chart(df)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("round:Q", title="round", axis=alt.Axis(tickMinStep=1)),
+            y=alt.Y("value:Q", title=y_title),
+            color=alt.Color(f"{colour}:N", title=None, legend=legend)
+            if legend
+            else alt.Color(f"{colour}:N", title=None),
+            tooltip=[colour, "round", alt.Tooltip("value:Q", format=".4f")],
+        )
+        .properties(height=260)
+    )
+
+
+def throughput(df: pd.DataFrame) -> pd.DataFrame:
+    """Model traffic per round and client: (bytes down + up) x 8 / round trip, Mbit/s."""
+    wide = (
+        df[df["name"].isin(["bytes_sent", "bytes_received", "round_trip_s"])]
+        .pivot_table(index=["round", "node"], columns="name", values="value", aggfunc="last")
+        .reset_index()
+    )
+    if wide.empty or not {"bytes_sent", "bytes_received", "round_trip_s"} <= set(wide.columns):
+        return pd.DataFrame(columns=["round", "series", "value"])
+    wide["value"] = (wide["bytes_sent"] + wide["bytes_received"]) * 8 / 1e6 / wide["round_trip_s"]
+    return wide.rename(columns={"node": "series"})[["round", "series", "value"]]
+
+
+def event_category(kind: str) -> str:
+    """``fault``, ``effect`` (what a fault did), ``round`` or ``lifecycle``."""
+    if kind in FAULT_EVENTS:
+        return "fault"
+    if kind in EFFECT_EVENTS:
+        return "effect"
+    return "round" if kind.startswith("round_") else "lifecycle"
+
+
+def event_frame(events: pd.DataFrame) -> pd.DataFrame:
+    """Events with seconds since the first one, category and a one-line description."""
+    if events.empty:
+        return events.assign(t_s=[], category=[], what=[])
+    t0 = events["ts"].min()
+    out = events.copy()
+    out["t_s"] = (out["ts"] - t0).round(2)
+    out["category"] = out["kind"].map(event_category)
+
+    def what(row: pd.Series) -> str:
+        data = row["data"] if isinstance(row["data"], dict) else json.loads(row["data"] or "{}")
+        detail = ", ".join(f"{k}={v}" for k, v in data.items() if k not in ("spec",))
+        where = f" {row['node']}" if isinstance(row["node"], str) else ""
+        rnd = f" (round {int(row['round'])})" if pd.notna(row["round"]) else ""
+        return f"{row['kind']}{where}{rnd}" + (f": {detail}" if detail else "")
+
+    out["what"] = out.apply(what, axis=1)
+    return out
+
+
+def timeline(events: pd.DataFrame) -> alt.Chart:
+    """Events over time, one row per kind; faults and their effects stand out."""
+    colours = alt.Scale(
+        domain=["fault", "effect", "round", "lifecycle"],
+        range=["#f85149", "#f0883e", "#0969da", "#8c959f"],
+    )
+    return (
+        alt.Chart(events)
+        .mark_point(filled=True, size=90)
+        .encode(
+            x=alt.X("t_s:Q", title="seconds since the run started"),
+            y=alt.Y("kind:N", title=None, sort=alt.SortField("id")),
+            color=alt.Color("category:N", scale=colours, title=None),
+            shape=alt.Shape("category:N", title=None),
+            tooltip=["t_s", "kind", "node", "round", "what"],
+        )
+        .properties(height=max(160, 22 * events["kind"].nunique()))
+    )
+
+
+def overlay(frames: dict[str, pd.DataFrame], metric: str) -> pd.DataFrame:
+    """Metric ``metric`` of several runs, per round (averaged over nodes), one series each."""
+    parts = []
+    for run_id, df in frames.items():
+        sel = df[(df["name"] == metric) & df["round"].notna()]
+        if not sel.empty:
+            mean = sel.groupby("round", as_index=False)["value"].mean()
+            parts.append(mean.assign(series=run_id))
+    if not parts:
+        return pd.DataFrame(columns=["round", "value", "series"])
+    return pd.concat(parts, ignore_index=True)

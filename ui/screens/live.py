@@ -1,0 +1,20 @@
+"""Live run: progress, accuracy and loss per round (global, federated, per silo), link
+throughput, and the events timeline with faults marked — refreshing by itself.
+"""
+
+import streamlit as st
+
+from ui import client
+from ui.views import common, live
+
+st.title("Live run")
+run_id = common.pick_run(client.runs())
+if run_id is None:
+    st.info("No runs yet: launch one on the Experiments page.")
+    st.stop()
+running = client.run(run_id)["status"] == "running"
+live.header(run_id, running)
+st.subheader("Learning")
+live.curves(run_id, running)
+st.subheader("Events")
+live.timeline(run_id, running)

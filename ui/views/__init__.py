@@ -1,0 +1,1 @@
+"""Sections of the dashboard's pages (each a function that draws one part of a page)."""

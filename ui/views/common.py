@@ -1,0 +1,88 @@
+"""Sections several pages share: controller status, run picker, fleet picture."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import streamlit as st
+
+from ui import charts, client
+
+STATUS_ICONS = {
+    "running": ":material/play_circle:",
+    "completed": ":material/check_circle:",
+    "failed": ":material/error:",
+    "interrupted": ":material/stop_circle:",
+}
+
+
+def controller_status() -> None:
+    """Sidebar line: which controller the dashboard talks to, and whether it answers."""
+    with st.sidebar:
+        try:
+            h = client.health()
+            st.caption(f"controller {client.base_url()} · store `{h['store']}`")
+        except client.ControllerError as e:
+            st.error(e.message)
+            st.stop()
+
+
+def run_label(run: dict[str, Any]) -> str:
+    """``name · status · when · run id`` for pickers."""
+    when = time.strftime("%H:%M:%S", time.localtime(run["created_at"]))
+    return f"{run['name']} · {run['status']} · {when} · {run['run_id']}"
+
+
+def pick_run(
+    runs: list[dict[str, Any]], label: str = "Run", key: str = "run_id", prefer_running: bool = True
+) -> str | None:
+    """A run picker remembered across pages (session state ``key``); ``None`` if no runs.
+
+    Without a remembered choice it picks the newest running run (``prefer_running``),
+    else the newest run.
+    """
+    if not runs:
+        return None
+    ids = [r["run_id"] for r in runs]
+    by_id = {r["run_id"]: r for r in runs}
+    chosen = st.session_state.setdefault(key, None)
+    if chosen not in by_id:
+        running = [r for r in runs if r["status"] == "running"]
+        chosen = (running[0] if running and prefer_running else runs[0])["run_id"]
+    picked = st.selectbox(
+        label, ids, index=ids.index(chosen), format_func=lambda r: run_label(by_id[r])
+    )
+    st.session_state[key] = picked
+    return picked
+
+
+def fleet_picture(fleet: dict[str, Any]) -> None:
+    """The continuum: tiers as layers, nodes by state, labelled links; then tables."""
+    st.graphviz_chart(charts.fleet_dot(fleet), width="stretch")
+    legend = " ".join(
+        f"<span style='background:{c};padding:1px 6px;border-radius:4px'>{s}</span>"
+        for s, c in charts.NODE_COLOURS.items()
+    )
+    st.markdown(
+        f"{legend} · links: solid ok, dashed partitioned, bold degraded",
+        unsafe_allow_html=True,
+    )
+    nodes, links = st.tabs(["Nodes", "Links"])
+    nodes.dataframe(charts.node_table(fleet), hide_index=True)
+    links.dataframe(charts.link_table(fleet), hide_index=True)
+
+
+def live_fleet(run_id: str, running: bool) -> None:
+    """The fleet of a run, redrawn every second while the run runs."""
+
+    def draw() -> None:
+        fleet = client.fleet(run_id)
+        down = [n["name"] for n in fleet["nodes"] if n["state"] != "up"]
+        st.caption(
+            f"round {fleet['round']} · run {fleet['run_status']}"
+            + (f" · not up: {', '.join(down)}" if down else "")
+        )
+        fleet_picture(fleet)
+
+    st.fragment(draw, run_every=1.0 if running else None)()

@@ -1,0 +1,115 @@
+"""Live run sections: status and progress, learning curves, throughput, event timeline.
+
+The curves refresh every 2 s and the timeline every 0.5 s while the run runs; both
+fetch only the rows added since their last refresh (see ``client.live_*``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from ui import charts, client
+
+HEADER_EVERY_S = 1.0
+CURVES_EVERY_S = 2.0
+TIMELINE_EVERY_S = 0.5
+
+
+def header(run_id: str, running: bool) -> None:
+    """Status, rounds done over rounds planned, and a Stop button while it runs.
+
+    Refreshed every second while the run runs; when it ends the whole page reruns so
+    the live panels stop refreshing.
+    """
+
+    def draw() -> None:
+        run = client.run(run_id)
+        if running and run["status"] != "running":
+            st.rerun(scope="app")
+        cols = st.columns([4, 1])
+        acc = run.get("final_global_acc")
+        cols[0].markdown(
+            f"**{run['name']}** · `{run['run_id']}` · status **{run['status']}**"
+            + (f" · final global accuracy **{acc:.3f}**" if acc is not None else "")
+            + (f" · {run['wall_s']:.0f} s" if run.get("wall_s") else "")
+        )
+        if run["status"] == "running" and cols[1].button("Stop run", icon=":material/stop:"):
+            try:
+                client.stop_run(run_id)
+                st.toast("stop requested: the run will be marked interrupted")
+            except client.ControllerError as e:
+                st.error(e.message)
+        total = run.get("rounds_total")
+        if total:
+            done = run["rounds_done"]
+            phase = "" if run["fleet_ready"] else " (fleet starting)"
+            st.progress(min(done / total, 1.0), text=f"round {done}/{total}{phase}")
+
+    st.fragment(draw, run_every=HEADER_EVERY_S if running else None)()
+
+
+def _chart(where: Any, df: pd.DataFrame, y_title: str, colour: str = "series") -> None:
+    if df.empty:
+        where.caption("not recorded yet")
+    else:
+        where.altair_chart(charts.line_chart(df, y_title, colour), width="stretch")
+
+
+def curves(run_id: str, running: bool) -> None:
+    """Accuracy and loss per round (global, federated, per silo) and link throughput."""
+
+    def draw() -> None:
+        df = client.live_metrics(run_id)
+        if df.empty:
+            st.caption("no metrics yet")
+            return
+        left, right = st.columns(2)
+        left.markdown("**Accuracy per round** — global (server test set) and federated")
+        acc = charts.per_round(df[df["node"].isna()], ["global_acc", "federated_acc"])
+        _chart(left, acc, "accuracy")
+        right.markdown("**Loss per round** — global")
+        loss = charts.per_round(df[df["node"].isna()], ["global_loss"])
+        _chart(right, loss, "loss")
+        left, right = st.columns(2)
+        left.markdown("**Per silo** — local evaluation accuracy")
+        silo = charts.per_round(df, ["eval_acc"]).dropna(subset=["node"])
+        _chart(left, silo, "accuracy", "node")
+        right.markdown("**Per silo** — training loss")
+        tl = charts.per_round(df, ["train_loss"]).dropna(subset=["node"])
+        _chart(right, tl, "loss", "node")
+        st.markdown(
+            "**Link throughput** — model bytes per round (down + up) over the round trip, "
+            "Mbit/s, per client (payload; the wire counters are on the Fleet page)"
+        )
+        _chart(st, charts.throughput(df), "Mbit/s")
+
+    st.fragment(draw, run_every=CURVES_EVERY_S if running else None)()
+
+
+def timeline(run_id: str, running: bool) -> None:
+    """Events over time with faults and their effects marked, and a list of them."""
+
+    def draw() -> None:
+        ev = charts.event_frame(client.live_events(run_id))
+        if ev.empty:
+            st.caption("no events yet")
+            return
+        st.altair_chart(charts.timeline(ev), width="stretch")
+        marked = ev[ev["category"].isin(["fault", "effect"])]
+        if not marked.empty:
+            st.markdown("**Faults and effects**")
+            st.markdown(
+                "\n".join(
+                    f"- `{r.t_s:7.2f} s` {'🔴' if r.category == 'fault' else '🟠'} {r.what}"
+                    for r in marked.itertuples()
+                )
+            )
+        latest = " · ".join(
+            f"{r.what.split(':')[0]} ({r.t_s:.1f} s)" for r in ev.tail(4).itertuples()
+        )
+        st.caption(f"{len(ev)} events · latest: {latest}")
+
+    st.fragment(draw, run_every=TIMELINE_EVERY_S if running else None)()

@@ -1,0 +1,107 @@
+"""Failure-study metrics on a small real run: the arithmetic is checked independently."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nodes.fl import task
+from testbed.report import load_sweep, write_report
+from testbed.runner import run_experiment
+from testbed.spec.loader import parse_spec
+from testbed.store import RunStore
+
+pytestmark = pytest.mark.slow
+
+SPEC = """\
+name: study-small
+seed: 4
+fleet:
+  nodes:
+    - {id: cloud, tier: cloud}
+    - {id: silo, tier: fog, count: 3}
+workload:
+  fl:
+    partitioner: {name: dirichlet, alpha: 0.5, min_partition_size: 20}
+    rounds: 4
+    local_epochs: 2
+    round_timeout_s: 10
+    evaluation: {per_silo: true, contributions: true}
+"""
+CRASH = "faults:\n  - {kind: crash, node: silo-2, at_round: 3}\n"
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> tuple[RunStore, list]:
+    store = RunStore(tmp_path_factory.mktemp("study"))
+    runs = []
+    for faults in ([], [{"kind": "crash", "node": "silo-2", "at_round": 3}]):
+        exp = parse_spec(SPEC + (CRASH if faults else ""))
+        assign = {"workload.fl.partitioner": {"name": "dirichlet", "alpha": 0.5}, "faults": faults}
+        runs.append(
+            run_experiment(
+                exp, store, sweep_id="small", variant=json.dumps(assign), assignment=assign
+            )
+        )
+    return store, runs
+
+
+def test_optimism_is_federated_minus_global(sweep) -> None:
+    store, runs = sweep
+    figs = {f.run_id: f for f in load_sweep(store, "small")}
+    for res in runs:
+        g = {r: v for r, _n, _k, v, _t in store.metrics(res.run_id, "global_acc")}
+        f = {r: v for r, _n, _k, v, _t in store.metrics(res.run_id, "federated_acc")}
+        opt = figs[res.run_id].optimism()
+        assert set(opt) == set(f) and len(opt) == 4
+        for r in opt:
+            assert opt[r] == pytest.approx(f[r] - g[r], abs=1e-12)
+
+
+def test_per_silo_accuracy_recomputed_from_final_model(sweep) -> None:
+    store, runs = sweep
+    res = runs[1]  # with the crash: the failed silo is still scored
+    exp = parse_spec(SPEC + CRASH)
+    splits = task.get_splits(exp.workload.fl, 4, 3)
+    import torch
+
+    model = task.make_model(exp.workload.fl, splits)
+    model.load_state_dict(torch.load(res.artifact_dir / "final_model.pt"))
+    silo = {n: v for r, n, _k, v, _t in store.metrics(res.run_id, "silo_acc") if r == 4}
+    assert set(silo) == {"silo-1", "silo-2", "silo-3"}
+    for i, name in enumerate(["silo-1", "silo-2", "silo-3"]):
+        assert silo[name] == pytest.approx(task.evaluate(model, splits.silo_test[i])[1], abs=1e-6)
+
+
+def test_federated_accuracy_is_weighted_mean_of_answering_silos(sweep) -> None:
+    store, runs = sweep
+    res = runs[1]
+    acc = {(r, n): v for r, n, _k, v, _t in store.metrics(res.run_id, "eval_acc")}
+    n_ex = {(r, n): v for r, n, _k, v, _t in store.metrics(res.run_id, "num_examples")}
+    fed = {r: v for r, _n, _k, v, _t in store.metrics(res.run_id, "federated_acc")}
+    for r in (1, 2, 3):  # piggybacked on round r + 1's train replies
+        nodes = [n for (rr, n) in acc if rr == r and (r + 1, n) in n_ex]
+        want = sum(acc[(r, n)] * n_ex[(r + 1, n)] for n in nodes) / sum(
+            n_ex[(r + 1, n)] for n in nodes
+        )
+        assert fed[r] == pytest.approx(want, abs=1e-6)
+    assert ("silo-2" in {n for (rr, n) in acc if rr == 3}) is False  # crashed before round 3
+
+
+def test_contributions_and_report(sweep, tmp_path: Path) -> None:
+    store, runs = sweep
+    contrib = {(r, n) for r, n, _k, _v, _t in store.metrics(runs[1].run_id, "contribution")}
+    assert (1, "silo-2") in contrib and (4, "silo-2") not in contrib and (4, "silo-1") in contrib
+    md, page = write_report(store, "small", tmp_path / "rep")
+    text = md.read_text()
+    assert "baseline" in text and "permanent" in text and "optimism" in text
+    for png in (
+        "accuracy_vs_round.png",
+        "optimism_vs_skew.png",
+        "final_acc_vs_timing.png",
+        "failed_silo_acc.png",
+    ):
+        assert (tmp_path / "rep" / png).stat().st_size > 1000
+    assert "<table>" in page.read_text()

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup run test test-fast lint bench test-docker compose clean
+.PHONY: setup run test test-e2e study-quick lint bench test-docker compose clean
 
 # torch first and pinned: `torch==2.13.0` takes the local CPU build; a looser pin would
 # pull several GB of CUDA wheels.
@@ -20,11 +20,15 @@ setup: $(STAMP)
 run: setup  ## the quickstart experiment on the local backend
 	$(BIN)/testbed run experiments/quickstart.yaml
 
-test: setup  ## the test suite (real Flower fleets on loopback; ~10 min on 2 cores)
-	$(BIN)/python -m pytest -q
-
-test-fast: setup  ## everything but the end-to-end fleets
+test: setup  ## unit tests + one real Flower fleet end to end (a few minutes on 2 cores)
 	$(BIN)/python -m pytest -q -m "not slow"
+
+test-e2e: setup  ## the long end-to-end checks: faults, teardown, concurrency, study, UI
+	$(BIN)/python -m pytest -q -m slow
+
+study-quick: setup  ## the failure study's quick sweep and its report (< 10 min)
+	$(BIN)/testbed run experiments/failure_study_quick.yaml --parallel 2 --out runs/study-quick
+	$(BIN)/testbed report experiments/failure_study_quick.yaml --out runs/study-quick
 
 lint: setup
 	$(BIN)/ruff check .

@@ -220,10 +220,16 @@ def report(
     out: OutOpt = Path("runs"),
     to: Annotated[Path | None, typer.Option("-o", help="report folder")] = None,
 ) -> None:
-    """Write a sweep's report (markdown + HTML with plots and tables)."""
+    """Write a sweep's report (markdown + HTML with plots and tables).
+
+    SWEEP_ID is a sweep id (printed by `testbed run`) or the sweep's YAML file.
+    """
     from testbed.report import write_report
+    from testbed.runner import sweep_id_of
     from testbed.store import RunStore
 
+    if Path(sweep_id).is_file():
+        sweep_id = sweep_id_of(sweep_id, Path(sweep_id).read_text() + json.dumps([]))
     store = RunStore(out)
     try:
         md, page = write_report(store, sweep_id, to or out / "reports" / sweep_id)

@@ -211,6 +211,16 @@ def _run_fl(
         chaos.start()
         if hasattr(backend, "start_schedules"):
             backend.start_schedules()
+            space = backend.space_model()
+            if space is not None:  # orbital record: windows, compression, assignment
+                rec = space.record()
+                (run_dir / "space.json").write_text(json.dumps(rec, indent=1, default=str))
+                store.add_event(
+                    run_id,
+                    "space_clock",
+                    start_utc=rec.get("start_utc"),
+                    time_compression=space.compression,
+                )
         proc = backend.submit(
             {
                 "fl-spec": spec.model_dump_json(),

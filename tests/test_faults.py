@@ -185,3 +185,21 @@ def test_superlink_restart_mid_run_loses_nothing(tmp_path: Path) -> None:
     assert all(st[(r, n)] == "completed" for r in range(1, 6) for n in ("edge-1", "edge-2"))
     assert "superlink restarted" in (res.artifact_dir / "logs" / "cloud.log").read_text()
     assert processes_under(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_faulty_updates_are_recorded_and_the_run_goes_on(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    faults = (
+        "  - {kind: misconfig, node: edge-1, at_round: 2, rounds: 2, mode: noise, "
+        "factor: 0.5}\n  - {kind: misconfig, node: edge-2, at_round: 3, rounds: 1, "
+        "mode: label-flip}"
+    )
+    res = run_experiment(parse_spec(spec(4, faults, clients=3)), store)
+    assert res.status == "completed", res.summary
+    ev = [(e[2], e[4]) for e in store.events(res.run_id)]
+    assert ("misconfig_set", "edge-1") in ev and ("misconfig_set", "edge-2") in ev
+    st = statuses(store, res.run_id)
+    assert all(s == "completed" for s in st.values())  # faulty, not absent
+    acc = {r: v for r, _n, _k, v, _t in store.metrics(res.run_id, "global_acc")}
+    assert acc[2] < acc[1] + 0.05  # noise of std 0.5 in edge-1's update hurts round 2

@@ -19,8 +19,6 @@ from testbed.spec.loader import parse_spec
 from testbed.store import RunStore
 from tests.conftest import processes_under
 
-pytestmark = pytest.mark.slow
-
 ACC_GAIN = 0.3  # named tolerance: global accuracy after 3 rounds beats round 0 by this much
 
 
@@ -63,6 +61,7 @@ def test_superlink_three_supernodes_three_rounds(tmp_path: Path) -> None:
     assert processes_under(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_teardown_on_error(tmp_path: Path) -> None:
     extra = "    dataset: {name: npz, path: /nonexistent/data.npz}\n"
     store = RunStore(tmp_path)
@@ -81,6 +80,7 @@ def _cli(tmp_path: Path, spec: Path) -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow
 def test_teardown_on_ctrl_c(tmp_path: Path) -> None:
     spec = tmp_path / "e.yaml"
     spec.write_text(fleet_yaml(2, 20))
@@ -104,6 +104,7 @@ def test_teardown_on_ctrl_c(tmp_path: Path) -> None:
     assert processes_under(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_two_concurrent_runs_do_not_collide(tmp_path: Path) -> None:
     spec = tmp_path / "e.yaml"
     spec.write_text(fleet_yaml(2, 2))

@@ -191,5 +191,14 @@ class FLSpec(Frozen):
     optimizer: Literal["sgd", "adam"] = "sgd"
     evaluation: EvaluationSpec = EvaluationSpec()
     uplink: UplinkSpec = UplinkSpec()
+    stale_updates: Literal["drop", "accept"] = Field(
+        "drop",
+        description="a reply that misses its round's deadline (e.g. a satellite out "
+        "of view): recorded as late and dropped, or aggregated in a later round",
+    )
+    staleness_decay: float = Field(
+        0.5, gt=0, le=1, description="accept: weight x decay**staleness (rounds late)"
+    )
+    max_staleness: int = Field(3, ge=1, description="rounds a late reply is waited for")
     round_timeout_s: float = Field(600.0, gt=0)
     min_participants: int = Field(1, ge=1)

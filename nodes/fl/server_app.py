@@ -55,6 +55,8 @@ def main(grid: Grid, context: Context) -> None:
     params.update(spec.strategy.params)
     strategy = cls(**params)
     strategy._setup_recording(tel, names, spec.rounds, spec.evaluation.federated)
+    strategy.stale_policy = spec.stale_updates
+    strategy.staleness_decay, strategy.max_staleness = spec.staleness_decay, spec.max_staleness
 
     def centralized(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         model.load_state_dict(arrays.to_torch_state_dict())

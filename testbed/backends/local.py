@@ -147,11 +147,34 @@ class LocalBackend:
             proxy.start()
             self.proxies[node.name] = proxy
 
+    def space_model(self):
+        """The orbital model of the run's space tier (None without ``space:``)."""
+        exp = self.plan.experiment
+        if exp.space is None:
+            return None
+        if getattr(self, "_space", None) is None:
+            from testbed.space.schedule import SpaceModel
+
+            fl = exp.workload.fl
+            horizon = fl.round_timeout_s * (fl.rounds + 2) + 120 if fl else None
+            if exp.space.horizon_s is not None and horizon is not None:
+                horizon = max(horizon, exp.space.horizon_s)
+            space_nodes = [n.name for n in self.plan.clients if n.tier == "space"]
+            self._space = SpaceModel(exp.space, space_nodes, horizon_s=horizon)
+        return self._space
+
     def start_schedules(self) -> None:
-        """Play time-varying links from now (called when the fleet is ready)."""
+        """Play time-varying links from now (called when the fleet is ready): a node's
+        own ``schedule``, or its passes over the ground stations (space tier)."""
         t0 = time.monotonic()
+        space = self.space_model()
+        orbital = set(space.nodes) if space is not None else set()
         for node in self.plan.clients:
-            if node.uplink.schedule and node.name in self.proxies:
+            if node.name not in self.proxies:
+                continue
+            if node.name in orbital:
+                self.proxies[node.name].run_schedule(space.link_schedule(node.name), t0)
+            elif node.uplink.schedule:
                 self.proxies[node.name].run_schedule(node.uplink.link_schedule(), t0)
 
     def link_counters(self) -> dict[str, dict]:

@@ -15,6 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from nodes.compression.config import CompressSpec
 from nodes.fl.config import FLSpec, Frozen
 from radio.config import SemanticMuxSpec
+from testbed.space.config import SpaceSpec
 from testbed.spec.catalog import CATALOG, DeviceProfile
 
 Tier = Literal["edge", "fog", "cloud", "space"]
@@ -212,6 +213,7 @@ class Experiment(Frozen):
     links: LinksSpec = LinksSpec()
     workload: WorkloadSpec
     faults: list[FaultSpec] = Field(default_factory=list)
+    space: SpaceSpec | None = None
     sweep: SweepSpec = SweepSpec()
 
     @model_validator(mode="after")
@@ -248,6 +250,19 @@ class Experiment(Frozen):
                     f"links.nodes.{key}: node {key!r} is not defined in fleet.nodes "
                     f"(defined: {sorted(names)})"
                 )
+        if self.space is not None:
+            for key in self.space.satellites:
+                if key not in names:
+                    errors.append(
+                        f"space.satellites.{key}: node {key!r} is not defined in "
+                        f"fleet.nodes (defined: {sorted(names)})"
+                    )
+            for i, relay in enumerate(self.space.relays):
+                if relay.node not in names:
+                    errors.append(
+                        f"space.relays.{i}.node: node {relay.node!r} is not defined "
+                        f"in fleet.nodes (defined: {sorted(names)})"
+                    )
         for i, f in enumerate(self.faults):
             if f.node is not None and f.node not in names:
                 errors.append(

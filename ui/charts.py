@@ -2,7 +2,7 @@
 
 ``fleet_dot`` draws the continuum as a Graphviz graph: one layer per tier (space, cloud,
 fog, edge from top to bottom), nodes filled by state, each client's link to the server
-labelled with bandwidth and latency and drawn by its state. The Altair builders turn
+labelled with bandwidth and latency and drawn by its state. The Vega-Lite builders turn
 long-format metric rows (``round``, ``node``, ``name``, ``value``) and event rows into
 charts.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import altair as alt
 import pandas as pd
 
 NODE_COLOURS = {
@@ -138,24 +137,28 @@ def per_round(df: pd.DataFrame, names: list[str]) -> pd.DataFrame:
     return sel[["round", "series", "name", "node", "value"]]
 
 
-def line_chart(
-    df: pd.DataFrame, y_title: str, colour: str = "series", legend_bottom: bool = False
-) -> alt.Chart:
-    """Value per round, one line per ``colour`` value (legend below for long names)."""
-    legend = alt.Legend(orient="bottom", columns=1, labelLimit=0) if legend_bottom else None
-    return (
-        alt.Chart(df)
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("round:Q", title="round", axis=alt.Axis(tickMinStep=1)),
-            y=alt.Y("value:Q", title=y_title),
-            color=alt.Color(f"{colour}:N", title=None, legend=legend)
-            if legend
-            else alt.Color(f"{colour}:N", title=None),
-            tooltip=[colour, "round", alt.Tooltip("value:Q", format=".4f")],
-        )
-        .properties(height=260)
-    )
+def line_chart(y_title: str, colour: str = "series", legend_bottom: bool = False) -> dict[str, Any]:
+    """Vega-Lite spec: value per round, one line per ``colour`` value.
+
+    Specs are plain dicts (no Altair validation on every refresh of a live panel).
+    """
+    legend: dict[str, Any] = {"title": None}
+    if legend_bottom:
+        legend.update(orient="bottom", columns=1, labelLimit=0)
+    return {
+        "mark": {"type": "line", "point": True},
+        "encoding": {
+            "x": {"field": "round", "type": "quantitative", "axis": {"tickMinStep": 1}},
+            "y": {"field": "value", "type": "quantitative", "title": y_title},
+            "color": {"field": colour, "type": "nominal", "legend": legend},
+            "tooltip": [
+                {"field": colour, "type": "nominal"},
+                {"field": "round", "type": "quantitative"},
+                {"field": "value", "type": "quantitative", "format": ".4f"},
+            ],
+        },
+        "height": 260,
+    }
 
 
 def throughput(df: pd.DataFrame) -> pd.DataFrame:
@@ -200,24 +203,27 @@ def event_frame(events: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def timeline(events: pd.DataFrame) -> alt.Chart:
-    """Events over time, one row per kind; faults and their effects stand out."""
-    colours = alt.Scale(
-        domain=["fault", "effect", "round", "lifecycle"],
-        range=["#f85149", "#f0883e", "#0969da", "#8c959f"],
-    )
-    return (
-        alt.Chart(events)
-        .mark_point(filled=True, size=90)
-        .encode(
-            x=alt.X("t_s:Q", title="seconds since the run started"),
-            y=alt.Y("kind:N", title=None, sort=alt.SortField("id")),
-            color=alt.Color("category:N", scale=colours, title=None),
-            shape=alt.Shape("category:N", title=None),
-            tooltip=["t_s", "kind", "node", "round", "what"],
-        )
-        .properties(height=max(160, 22 * events["kind"].nunique()))
-    )
+def timeline(events: pd.DataFrame) -> dict[str, Any]:
+    """Vega-Lite spec: events over time, one row per kind; faults and effects stand out."""
+    return {
+        "mark": {"type": "point", "filled": True, "size": 90},
+        "encoding": {
+            "x": {"field": "t_s", "type": "quantitative", "title": "seconds since the run started"},
+            "y": {"field": "kind", "type": "nominal", "title": None, "sort": {"field": "id"}},
+            "color": {
+                "field": "category",
+                "type": "nominal",
+                "title": None,
+                "scale": {
+                    "domain": ["fault", "effect", "round", "lifecycle"],
+                    "range": ["#f85149", "#f0883e", "#0969da", "#8c959f"],
+                },
+            },
+            "shape": {"field": "category", "type": "nominal", "title": None},
+            "tooltip": [{"field": f, "type": "nominal"} for f in ("t_s", "kind", "node", "what")],
+        },
+        "height": max(160, 22 * int(events["kind"].nunique())),
+    }
 
 
 def overlay(frames: dict[str, pd.DataFrame], metric: str) -> pd.DataFrame:

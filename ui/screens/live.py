@@ -10,8 +10,7 @@ from ui.views import common, live
 st.title("Live run")
 run_id = common.pick_run(client.runs())
 if run_id is None:
-    st.info("No runs yet: launch one on the Experiments page.")
-    st.stop()
+    common.wait_for_runs("No runs yet: launch one on the Experiments page.")
 running = client.run(run_id)["status"] == "running"
 live.header(run_id, running)
 st.subheader("Learning")

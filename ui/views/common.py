@@ -86,3 +86,17 @@ def live_fleet(run_id: str, running: bool) -> None:
         fleet_picture(fleet)
 
     st.fragment(draw, run_every=1.0 if running else None)()
+
+
+def wait_for_runs(message: str) -> None:
+    """Say there is nothing to show yet, and rerun the page once a run appears."""
+    st.info(message)
+
+    @st.fragment(run_every=2.0)
+    def poll() -> None:
+        client.runs.clear()
+        if client.runs():
+            st.rerun(scope="app")
+
+    poll()
+    st.stop()

@@ -55,7 +55,7 @@ def _chart(where: Any, df: pd.DataFrame, y_title: str, colour: str = "series") -
     if df.empty:
         where.caption("not recorded yet")
     else:
-        where.altair_chart(charts.line_chart(df, y_title, colour), width="stretch")
+        where.vega_lite_chart(df, charts.line_chart(y_title, colour), width="stretch")
 
 
 def curves(run_id: str, running: bool) -> None:
@@ -90,14 +90,20 @@ def curves(run_id: str, running: bool) -> None:
 
 
 def timeline(run_id: str, running: bool) -> None:
-    """Events over time with faults and their effects marked, and a list of them."""
+    """Events over time with faults and their effects marked (a chart, refreshed with the
+    curves), then a ticker of faults, effects and the latest events (every 0.5 s)."""
 
-    def draw() -> None:
+    def chart() -> None:
+        ev = charts.event_frame(client.live_events(run_id))
+        if not ev.empty:
+            cols = ["id", "t_s", "kind", "node", "what", "category"]
+            st.vega_lite_chart(ev[cols], charts.timeline(ev), width="stretch")
+
+    def ticker() -> None:
         ev = charts.event_frame(client.live_events(run_id))
         if ev.empty:
             st.caption("no events yet")
             return
-        st.altair_chart(charts.timeline(ev), width="stretch")
         marked = ev[ev["category"].isin(["fault", "effect"])]
         if not marked.empty:
             st.markdown("**Faults and effects**")
@@ -112,4 +118,5 @@ def timeline(run_id: str, running: bool) -> None:
         )
         st.caption(f"{len(ev)} events · latest: {latest}")
 
-    st.fragment(draw, run_every=TIMELINE_EVERY_S if running else None)()
+    st.fragment(chart, run_every=CURVES_EVERY_S if running else None)()
+    st.fragment(ticker, run_every=TIMELINE_EVERY_S if running else None)()

@@ -56,7 +56,11 @@ def overlay(run_ids: list[str]) -> None:
     metric = st.selectbox(
         "Metric (per round; node metrics averaged)", names, index=names.index(default)
     )
-    st.altair_chart(charts.line_chart(charts.overlay(frames, metric), metric), width="stretch")
+    st.vega_lite_chart(
+        charts.overlay(frames, metric),
+        charts.line_chart(metric, legend_bottom=True),
+        width="stretch",
+    )
 
 
 def config_diff(cmp: dict[str, Any]) -> None:

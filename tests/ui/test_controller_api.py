@@ -1,0 +1,162 @@
+"""The controller's HTTP API over real HTTP (uvicorn on loopback, SQLite in tmp_path)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from testbed.controller.server import check_bind
+from tests.conftest import processes_under
+from tests.ui.conftest import ROOT, Controller, experiments_dir, serve
+
+QUICKSTART = (ROOT / "experiments" / "quickstart.yaml").read_text()
+
+
+def test_validate_reports_every_problem_with_path_and_line(controller: Controller) -> None:
+    bad = QUICKSTART.replace("rounds: 5", "rounds: 0").replace("name: iid", "name: iidd")
+    r = requests.post(f"{controller.url}/validate", json={"text": bad}, timeout=10).json()
+    assert r["ok"] is False
+    got = {(p["path"], p["line"]) for p in r["problems"]}
+    assert ("workload.fl.rounds", 20) in got
+    assert ("workload.fl.partitioner.name", 17) in got
+    r = requests.post(
+        f"{controller.url}/validate",
+        json={"text": QUICKSTART, "set": ["workload.fl.rounds=2"]},
+        timeout=10,
+    ).json()
+    assert r["ok"] and r["runs"] == 1 and r["workload"] == "fl"
+    sweep = QUICKSTART + "repetitions: 2\nsweep:\n  grid:\n    workload.fl.lr: [0.01, 0.1]\n"
+    r = requests.post(f"{controller.url}/validate", json={"text": sweep}, timeout=10).json()
+    assert r["configurations"] == 2 and r["runs"] == 4
+
+
+def test_launch_refuses_invalid_specs_and_unknown_files(controller: Controller) -> None:
+    r = requests.post(
+        f"{controller.url}/launches",
+        json={"text": QUICKSTART.replace("rounds: 5", "rounds: -2"), "name": "bad.yaml"},
+        timeout=10,
+    )
+    assert r.status_code == 422
+    assert r.json()["problems"][0]["path"] == "workload.fl.rounds"
+    assert r.json()["problems"][0]["line"] == 20
+    for name in ("../quickstart.yaml", "nope.yaml"):
+        r = requests.post(f"{controller.url}/launches", json={"experiment": name}, timeout=10)
+        assert r.status_code == 404
+    assert requests.get(f"{controller.url}/launches", timeout=10).json() == []
+
+
+def test_runs_fleet_compare_csv_and_inject_checks(controller: Controller, seeded: dict) -> None:
+    url = controller.url
+    runs = requests.get(f"{url}/runs", timeout=10).json()
+    assert [r["run_id"] for r in runs] == [seeded["live"], seeded["b"], seeded["a"]]
+    fleet = requests.get(f"{url}/runs/{seeded['a']}/fleet", timeout=10).json()
+    state = {n["name"]: n["state"] for n in fleet["nodes"]}
+    assert state == {"cloud": "up", "edge-1": "up", "edge-2": "down", "edge-3": "up", "fog": "up"}
+    link = next(lk for lk in fleet["links"] if lk["node"] == "edge-1")
+    assert (link["bandwidth_mbps"], link["latency_ms"], link["bytes_up"]) == (100, 20, 3e6)
+    ev = requests.get(f"{url}/runs/{seeded['a']}/events", params={"since": 0}, timeout=10).json()
+    later = requests.get(
+        f"{url}/runs/{seeded['a']}/events", params={"since": ev["rows"][4]["id"]}, timeout=10
+    ).json()
+    assert later["rows"] == ev["rows"][5:] and later["cursor"] == ev["cursor"]
+    cmp = requests.get(f"{url}/compare", params={"run": [seeded["a"], seeded["b"]]}, timeout=10)
+    assert cmp.json()["diff"] == [{"key": "seed", "values": [42, 7]}]
+    csv = requests.get(f"{url}/runs/{seeded['a']}/metrics.csv", timeout=10)
+    assert csv.headers["content-type"].startswith("text/csv")
+    assert csv.text.splitlines()[0] == "round,node,name,value,ts"
+    inject = f"{url}/runs/{seeded['live']}/inject"
+    r = requests.post(inject, json={"kind": "outage", "node": "edge-1"}, timeout=10)
+    assert r.status_code == 422 and "duration_s" in r.text
+    r = requests.post(inject, json={"kind": "crash", "node": "edge-9"}, timeout=10)
+    assert r.status_code == 422 and "not a client node" in r.text
+    r = requests.post(f"{url}/runs/{seeded['a']}/inject", json={"kind": "crash", "node": "fog"})
+    assert r.status_code == 409
+    r = requests.post(inject, json={"kind": "crash", "node": "fog", "wait_s": 0}, timeout=10)
+    assert r.status_code == 201 and r.json()["status"] == "pending"  # no engine runs it here
+    assert "crash" in requests.get(f"{url}/faults", timeout=10).json()["kinds"]
+
+
+def test_docs_and_token(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="token"):
+        check_bind("0.0.0.0", None)
+    check_bind("127.0.0.1", None)
+    check_bind("::1", None)
+    cli = subprocess.run(
+        [sys.executable, "-m", "testbed", "controller", "--host", "0.0.0.0", "--out", "x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "TESTBED_TOKEN"} | {"COLUMNS": "200"},
+    )
+    assert cli.returncode == 2 and "needs a token" in cli.stderr
+    ctl = serve(tmp_path / "runs", experiments_dir(tmp_path / "exp"), "0.0.0.0", "s3cret")
+    try:
+        assert requests.get(f"{ctl.url}/runs", timeout=10).status_code == 401
+        bad = {"Authorization": "Bearer nope"}
+        assert requests.get(f"{ctl.url}/runs", headers=bad, timeout=10).status_code == 401
+        good = {"Authorization": "Bearer s3cret"}
+        assert requests.get(f"{ctl.url}/runs", headers=good, timeout=10).json() == []
+        docs = requests.get(f"{ctl.url}/docs", timeout=10)
+        assert docs.status_code == 200 and "swagger" in docs.text.lower()
+        paths = requests.get(f"{ctl.url}/openapi.json", timeout=10).json()["paths"]
+        for p in ("/launches", "/runs/{run_id}/inject", "/runs/{run_id}/events", "/validate"):
+            assert p in paths
+    finally:
+        ctl.stop()
+
+
+def wait_for(fn, timeout_s: float, what: str):  # noqa: ANN001, ANN201
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if out := fn():
+            return out
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.slow
+def test_launch_watch_and_stop_a_real_run(controller: Controller, tmp_path: Path) -> None:
+    """2 clients (4 rounds asked): launched as a subprocess with an override, watched by
+    cursor, stopped by SIGINT after round 1: the run is interrupted and keeps its rows."""
+    url = controller.url
+    r = requests.post(
+        f"{url}/launches",
+        json={"experiment": "tiny.yaml", "set": ["workload.fl.rounds=4"]},
+        timeout=30,
+    )
+    assert r.status_code == 201, r.text
+    job = r.json()
+    assert job["state"] == "running" and job["total"] == 1
+
+    def first_run() -> str | None:
+        runs = requests.get(f"{url}/launches/{job['job_id']}", timeout=10).json()["runs"]
+        return runs[0] if runs else None
+
+    run_id = wait_for(first_run, 60, "the run to start")
+
+    def round_one() -> bool:
+        return requests.get(f"{url}/runs/{run_id}", timeout=10).json()["rounds_done"] >= 1
+
+    wait_for(round_one, 150, "round 1 to end")
+    rows = requests.get(f"{url}/runs/{run_id}/metrics", timeout=10).json()["rows"]
+    assert {(m["round"], m["name"]) for m in rows} >= {(0, "global_acc"), (1, "global_acc")}
+    stop = requests.post(f"{url}/runs/{run_id}/stop", timeout=10)
+    assert stop.status_code == 200 and stop.json()["job_id"] == job["job_id"]
+
+    def finished() -> dict | None:
+        j = requests.get(f"{url}/launches/{job['job_id']}", timeout=10).json()
+        return j if j["state"] in ("stopped", "completed", "failed") else None
+
+    assert wait_for(finished, 60, "the launch to end")["state"] == "stopped"
+    run = requests.get(f"{url}/runs/{run_id}", timeout=10).json()
+    assert run["status"] == "interrupted" and run["rounds_done"] in (1, 2)
+    log = next((controller.store_root / "launches").glob("*.log")).read_text()
+    assert "interrupted" in log
+    assert requests.post(f"{url}/runs/{run_id}/stop", timeout=10).status_code == 409
+    assert processes_under(controller.store_root) == []

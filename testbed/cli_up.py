@@ -1,4 +1,5 @@
-"""CLI commands ``testbed controller`` (the API alone) and ``testbed up`` (API + dashboard).
+"""CLI commands ``testbed controller`` (the API), ``testbed dashboard`` (the Streamlit
+dashboard, against a controller) and ``testbed up`` (both).
 
 Registered on the main Typer app by :func:`register`; the commands are thin and call
 :mod:`testbed.controller.server` / start the Streamlit dashboard as a subprocess.
@@ -50,6 +51,32 @@ def controller(
     serve(out, experiments, host, port, token)
 
 
+def _dashboard_cmd(host: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "streamlit", "run", str(UI_APP)] + [
+        "--server.address",
+        host,
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
+
+
+def dashboard(
+    controller_url: Annotated[
+        str, typer.Option("--controller", envvar="TESTBED_CONTROLLER_URL", help="API URL")
+    ] = "http://127.0.0.1:8000",
+    host: Annotated[str, typer.Option(help="bind address")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="dashboard port")] = 8501,
+) -> None:
+    """Run the Streamlit dashboard alone, against a running controller."""
+    env = dict(os.environ, TESTBED_CONTROLLER_URL=controller_url)
+    console.print(f"dashboard on {_local_url(host, port)} (controller {controller_url})")
+    raise typer.Exit(subprocess.call(_dashboard_cmd(host, port), env=env))
+
+
 def _local_url(host: str, port: int) -> str:
     return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
 
@@ -81,6 +108,11 @@ def up(
     except ValueError as e:
         err_console.print(f"[red]error:[/] {e}", highlight=False)
         raise typer.Exit(2) from None
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)  # also when started in the background
+    signal.signal(signal.SIGTERM, interrupt)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if token:
         env["TESTBED_TOKEN"] = token  # passed by environment, not on a command line
@@ -93,13 +125,7 @@ def up(
     try:
         wait_port(port, 30, api)
         env["TESTBED_CONTROLLER_URL"] = _local_url(host, port)
-        ui = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", str(UI_APP)]
-            + ["--server.address", host, "--server.port", str(ui_port)]
-            + ["--server.headless", "true", "--browser.gatherUsageStats", "false"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-        )
+        ui = subprocess.Popen(_dashboard_cmd(host, ui_port), env=env, stdout=subprocess.DEVNULL)
         procs.append(ui)
         wait_port(ui_port, 60, ui)
         console.print(
@@ -109,19 +135,22 @@ def up(
         )
         while all(p.poll() is None for p in procs):
             time.sleep(0.5)
-        err_console.print("[red]error:[/] the controller or the dashboard exited")
-        raise typer.Exit(1)
+        failure = "the controller or the dashboard exited"
     except (RuntimeError, TimeoutError) as e:
-        err_console.print(f"[red]error:[/] {e}")
-        raise typer.Exit(1) from None
+        failure = str(e)
     except KeyboardInterrupt:
         console.print("stopping")
+        failure = None
     finally:
         for p in reversed(procs):
             _stop(p, 90)
+    if failure:
+        err_console.print(f"[red]error:[/] {failure}")
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``controller`` and ``up`` to the ``testbed`` CLI."""
+    """Add ``controller``, ``dashboard`` and ``up`` to the ``testbed`` CLI."""
     app.command("controller")(controller)
+    app.command("dashboard")(dashboard)
     app.command("up")(up)

@@ -162,6 +162,20 @@ def cgroup_dir(pid: int) -> Path:
     return CGROUP_V1_MEMORY / "continuum-testbed" / f"node-{pid}"
 
 
+def remove_stale_cgroups() -> int:
+    """Remove node cgroups whose processes are gone (a killed run leaves them)."""
+    root = CGROUP_V1_MEMORY / "continuum-testbed"
+    n = 0
+    for d in root.glob("node-*") if root.exists() else []:
+        try:
+            if not (d / "cgroup.procs").read_text().strip():
+                d.rmdir()
+                n += 1
+        except OSError:
+            pass
+    return n
+
+
 def apply_limits(memory_mb: int | None, cpus: list[int] | None) -> dict[str, str]:
     """Cap this process (and its future children) to a device profile.
 

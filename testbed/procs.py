@@ -119,9 +119,24 @@ class ProcGroup:
         except subprocess.TimeoutExpired:
             pass
 
-    def stop_all(self) -> None:
-        for name in reversed(list(self.procs)):
-            self.stop(name)
+    def stop_all(self, timeout_s: float = 5.0) -> None:
+        """SIGTERM every group at once, wait once, then SIGKILL what is left."""
+        names = list(reversed(list(self.procs)))
+        for name in names:
+            self.tree(name)
+            try:
+                os.killpg(self.procs[name].pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+        live = []
+        for pid in self.all_pids():
+            try:
+                live.append(psutil.Process(pid))
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(live, timeout=timeout_s)
+        for name in names:  # SIGKILL stragglers and reap
+            self.stop(name, timeout_s=0)
 
     def all_pids(self) -> set[int]:
         """Every PID this group ever saw (for leak checks)."""

@@ -68,6 +68,9 @@ class LocalBackend:
 
     def start(self, timeout_s: float = 60.0) -> None:
         """Start the SuperLink, then every SuperNode; return when all listen."""
+        from nodes.agent import remove_stale_cgroups
+
+        remove_stale_cgroups()
         server = self.plan.server
         for _attempt in range(3):  # a port taken between choice and bind: pick again
             port = free_port()

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from nodes.registry import Registry
+
 
 @dataclass(frozen=True)
 class Dataset:
@@ -46,17 +48,8 @@ class Dataset:
 
 
 DatasetLoader = Callable[..., Dataset]
-DATASETS: dict[str, DatasetLoader] = {}
-
-
-def register_dataset(name: str) -> Callable[[DatasetLoader], DatasetLoader]:
-    """Register a dataset loader under ``name``."""
-
-    def deco(fn: DatasetLoader) -> DatasetLoader:
-        DATASETS[name] = fn
-        return fn
-
-    return deco
+DATASETS: Registry[DatasetLoader] = Registry("dataset")
+register_dataset = DATASETS.register
 
 
 @register_dataset("digits")
@@ -183,6 +176,4 @@ def _to_nchw(x: np.ndarray) -> np.ndarray:
 @lru_cache(maxsize=8)
 def load_dataset(name: str, params: tuple[tuple[str, object], ...] = ()) -> Dataset:
     """Load (and cache per process) the dataset ``name`` with keyword ``params``."""
-    if name not in DATASETS:
-        raise ValueError(f"dataset.name: unknown {name!r}; choose one of {sorted(DATASETS)}")
     return DATASETS[name](**dict(params))

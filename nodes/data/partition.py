@@ -10,18 +10,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from nodes.registry import Registry
+
 Partitioner = Callable[..., list[np.ndarray]]
-PARTITIONERS: dict[str, Partitioner] = {}
-
-
-def register_partitioner(name: str) -> Callable[[Partitioner], Partitioner]:
-    """Register a partitioner under ``name``."""
-
-    def deco(fn: Partitioner) -> Partitioner:
-        PARTITIONERS[name] = fn
-        return fn
-
-    return deco
+PARTITIONERS: Registry[Partitioner] = Registry("partitioner")
+register_partitioner = PARTITIONERS.register
 
 
 @register_partitioner("iid")
@@ -111,8 +104,4 @@ def partition(
     name: str, y: np.ndarray, num_partitions: int, seed: int, **params: object
 ) -> list[np.ndarray]:
     """Run partitioner ``name`` with a generator seeded by ``seed``."""
-    if name not in PARTITIONERS:
-        raise ValueError(
-            f"partitioner.name: unknown {name!r}; choose one of {sorted(PARTITIONERS)}"
-        )
     return PARTITIONERS[name](y, num_partitions, np.random.default_rng(seed), **params)

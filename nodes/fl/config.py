@@ -53,9 +53,7 @@ class DatasetSpec(Frozen):
     @field_validator("name")
     @classmethod
     def _known(cls, v: str) -> str:
-        if v not in DATASETS:
-            raise ValueError(f"unknown dataset {v!r}; choose one of {sorted(DATASETS)}")
-        return v
+        return DATASETS.check(v)
 
     @model_validator(mode="after")
     def _path_needed(self) -> DatasetSpec:
@@ -88,9 +86,7 @@ class PartitionerSpec(Frozen):
     @field_validator("name")
     @classmethod
     def _known(cls, v: str) -> str:
-        if v not in PARTITIONERS:
-            raise ValueError(f"unknown partitioner {v!r}; choose one of {sorted(PARTITIONERS)}")
-        return v
+        return PARTITIONERS.check(v)
 
 
 class ModelSpec(Frozen):
@@ -102,9 +98,7 @@ class ModelSpec(Frozen):
     @field_validator("name")
     @classmethod
     def _known(cls, v: str) -> str:
-        if v not in MODELS:
-            raise ValueError(f"unknown model {v!r}; choose one of {sorted(MODELS)}")
-        return v
+        return MODELS.check(v)
 
 
 class StrategySpec(Frozen):

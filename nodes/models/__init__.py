@@ -5,17 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-MODELS: dict[str, Callable[..., Any]] = {}
+from nodes.registry import Registry
 
-
-def register_model(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register a model factory ``fn(input_shape, num_classes, **params) -> nn.Module``."""
-
-    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
-        MODELS[name] = fn
-        return fn
-
-    return deco
+# factories ``fn(input_shape, num_classes, **params) -> nn.Module``
+MODELS: Registry[Callable[..., Any]] = Registry("model")
+register_model = MODELS.register
 
 
 @register_model("cnn")
@@ -61,6 +55,4 @@ def mlp(input_shape: tuple[int, ...], num_classes: int, width: int = 64, **_: ob
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, **params: object):
     """Build registered model ``name``."""
-    if name not in MODELS:
-        raise ValueError(f"model.name: unknown {name!r}; choose one of {sorted(MODELS)}")
     return MODELS[name](tuple(input_shape), num_classes, **params)

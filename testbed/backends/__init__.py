@@ -1,26 +1,21 @@
-"""Backends realise a Plan; registered by name."""
+"""Backends realise a Plan; registered by name (``local``, ``compose``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-BACKENDS: dict[str, Callable[..., Any]] = {}
+from nodes.registry import Registry
 
-
-def register_backend(name: str):
-    """Register a backend class under ``name``."""
-
-    def deco(cls):
-        BACKENDS[name] = cls
-        return cls
-
-    return deco
+BACKENDS: Registry[Callable[..., Any]] = Registry("backend")
+register_backend = BACKENDS.register
 
 
 def get_backend(name: str) -> Callable[..., Any]:
+    """The backend class registered as ``name`` (ValueError naming --backend otherwise)."""
     from testbed.backends import compose, local  # noqa: F401  (register themselves)
 
-    if name not in BACKENDS:
-        raise ValueError(f"--backend: unknown {name!r}; choose one of {sorted(BACKENDS)}")
-    return BACKENDS[name]
+    try:
+        return BACKENDS[name]
+    except ValueError as e:
+        raise ValueError(f"--backend: {e}") from None

@@ -19,15 +19,30 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_port(port: int, timeout_s: float = 30.0, proc: subprocess.Popen | None = None) -> None:
-    """Wait until something listens on ``127.0.0.1:port``; raise if ``proc`` dies first."""
+def _socket(netns: str | None) -> socket.socket:
+    if netns is None:
+        return socket.socket()
+    from testbed.emulation.netem import in_netns
+
+    with in_netns(netns):  # the socket stays in that namespace
+        return socket.socket()
+
+
+def wait_port(
+    port: int,
+    timeout_s: float = 30.0,
+    proc: subprocess.Popen | None = None,
+    netns: str | None = None,
+) -> None:
+    """Wait until something listens on ``127.0.0.1:port`` (inside ``netns`` if given);
+    raise if ``proc`` dies first."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(
                 f"process exited with code {proc.returncode} before port {port} opened"
             )
-        with socket.socket() as s:
+        with _socket(netns) as s:
             s.settimeout(0.2)
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return

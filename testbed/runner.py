@@ -254,7 +254,7 @@ def _run_fl(
         backend.stop()
         for name, c in links.items():  # bytes that crossed each emulated link
             for key in ("bytes_up", "bytes_down", "partitioned_s", "stalled_s"):
-                store.add_metric(run_id, f"link_{key}", float(c.get(key, 0)), node=name)
+                store.add_metric(run_id, f"link_{key}", float(c.get(key) or 0), node=name)
             for ch in c.get("changes", []):
                 store.add_event(run_id, "link_changed", node=name, **ch)
         for name, mb in peak.items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -203,3 +204,27 @@ def test_faulty_updates_are_recorded_and_the_run_goes_on(tmp_path: Path) -> None
     assert all(s == "completed" for s in st.values())  # faulty, not absent
     acc = {r: v for r, _n, _k, v, _t in store.metrics(res.run_id, "global_acc")}
     assert acc[2] < acc[1] + 0.05  # noise of std 0.5 in edge-1's update hurts round 2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="links.mode netem needs root (CAP_NET_ADMIN)")
+def test_fleet_over_netem_links(tmp_path: Path) -> None:
+    text = spec(
+        2,
+        "  - {kind: partition, node: edge-1, at_round: 2, duration_s: 6}",
+        clients=2,
+        timeout_s=20,
+    ).replace(
+        "workload:",
+        "links:\n  mode: netem\n  defaults:\n    edge-cloud: "
+        "{bandwidth_mbps: 20, latency_ms: 10}\nworkload:",
+    )
+    store = RunStore(tmp_path)
+    res = run_experiment(parse_spec(text), store)
+    assert res.status == "completed", res.summary
+    up = {n: v for _r, n, k, v, _t in store.metrics(res.run_id, "link_bytes_up")}
+    assert up["edge-1"] > 100_000 and up["edge-2"] > 100_000  # counted by the kernel
+    kinds = [(e[2], e[4]) for e in store.events(res.run_id)]
+    assert ("link_partitioned", "edge-1") in kinds and ("link_healed", "edge-1") in kinds
+    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "-srv" not in ns and processes_under(tmp_path) == []

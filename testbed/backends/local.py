@@ -62,6 +62,9 @@ class LocalBackend:
         self._cmds: dict[str, list[str]] = {}
         self.proxies: dict[str, object] = {}  # node -> ShapingProxy (links.mode: proxy)
         self.superlink_restarts = 0
+        self.netns: str | None = None  # links.mode netem: the server namespace
+        self._server_prefix: list[str] = []
+        self._client_prefix: dict[str, list[str]] = {}
 
     def _node_cmd(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "testbed", "node", *args]
@@ -72,35 +75,40 @@ class LocalBackend:
 
         remove_stale_cgroups()
         server = self.plan.server
+        mode = self.plan.experiment.links.mode
+        host, self._server_prefix = "127.0.0.1", []
+        if mode == "netem":  # the SuperLink lives in this run's own server namespace
+            self.netns = self._make_netns()
+            host, self._server_prefix = "0.0.0.0", ["ip", "netns", "exec", self.netns]
         for _attempt in range(3):  # a port taken between choice and bind: pick again
             port = free_port()
             db = (self.run_dir / "nodes" / server.name / "superlink.db").resolve()
             db.parent.mkdir(parents=True, exist_ok=True)
+            cmd = self._node_cmd(
+                "superlink", "--port", str(port), "--host", host, "--database", str(db)
+            )
             p = self.procs.start(
                 server.name,
-                self._node_cmd("superlink", "--port", str(port), "--database", str(db)),
+                self._server_prefix + cmd,
                 self.run_dir / "logs" / f"{server.name}.log",
                 env=_env(self.run_dir / "nodes" / server.name),
             )
             try:
-                wait_port(port, timeout_s, p)
+                wait_port(port, timeout_s, p, netns=self.netns)
                 self.superlink_port = port
                 break
             except RuntimeError:
                 self.procs.stop(server.name)
         else:
             raise RuntimeError("could not start the SuperLink (see logs)")
-        mode = self.plan.experiment.links.mode
-        if mode == "netem":
-            raise ValueError(
-                "links.mode: netem is available for single links "
-                "(testbed.emulation.netem) but not yet for fleets; use proxy"
-            )
         if mode == "proxy":
             self._start_links()
+        elif mode == "netem":
+            self._start_netem_links()
         started = [self._start_node(node.name) for node in self.plan.clients]
-        for port, p in started:
-            wait_port(port, timeout_s, p)
+        if mode != "netem":  # (a SuperNode's Runtime API is inside its own namespace)
+            for port, p in started:
+                wait_port(port, timeout_s, p)
         if self.warm:  # nodes import their stack before the run is submitted
             deadline = time.monotonic() + timeout_s
             for node in self.plan.clients:
@@ -166,6 +174,34 @@ class LocalBackend:
             self._space = SpaceModel(exp.space, space_nodes, horizon_s=horizon)
         return self._space
 
+    def _make_netns(self) -> str:
+        """Create this run's server namespace (root / CAP_NET_ADMIN needed)."""
+        import secrets
+
+        if os.geteuid() != 0:
+            raise ValueError("links.mode: netem needs root (CAP_NET_ADMIN); use proxy")
+        self._short = secrets.token_hex(3)
+        ns = f"ct-{self._short}-srv"
+        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
+        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True, capture_output=True)
+        return ns
+
+    def _start_netem_links(self) -> None:
+        """One kernel-shaped link (namespaces + veth + tbf/netem) per client node."""
+        from testbed.emulation.netem import NetemLink
+
+        for i, node in enumerate(self.plan.clients):
+            link = NetemLink(
+                f"{self._short}n{i}",
+                node.uplink.params(),
+                index=i,
+                seed=self.plan.seed * 1000 + i,
+                server_netns=self.netns,
+            )
+            link.start()
+            self.proxies[node.name] = link
+            self._client_prefix[node.name] = link.exec_prefix("client")
+
     def start_schedules(self) -> None:
         """Play time-varying links from now (called when the fleet is ready): a node's
         own ``schedule``, or its passes over the ground stations (space tier)."""
@@ -185,8 +221,11 @@ class LocalBackend:
         return {name: p.counters() for name, p in self.proxies.items()}
 
     def _superlink_address(self, name: str) -> str:
-        if name in self.proxies:
-            return f"127.0.0.1:{self.proxies[name].listen_port}"
+        link = self.proxies.get(name)
+        if link is not None and hasattr(link, "server_addr"):  # netem: across the veths
+            return f"{link.server_addr}:{self.superlink_port}"
+        if link is not None:
+            return f"127.0.0.1:{link.listen_port}"
         return f"127.0.0.1:{self.superlink_port}"
 
     def control_path(self, name: str) -> Path:
@@ -211,7 +250,7 @@ class LocalBackend:
             self.node_ports[name] = port
         p = self.procs.start(
             name,
-            self._cmds[name],
+            self._client_prefix.get(name, []) + self._cmds[name],
             self.run_dir / "logs" / f"{name}.log",
             env=_env(self.run_dir / "nodes" / name),
         )
@@ -252,11 +291,11 @@ class LocalBackend:
 
     def attach(self, flwr_run_id: int) -> subprocess.Popen:
         """Stream a submitted run's logs again (after the SuperLink came back)."""
-        wait_port(int(self.superlink_port or 0), 60)
+        wait_port(int(self.superlink_port or 0), 60, netns=self.netns)
         cmd = [flower_bin("flwr"), "log", str(flwr_run_id), "fleet", "--stream"]
         return self.procs.start(
             "flwr-run",
-            cmd,
+            self._server_prefix + cmd,
             self.run_dir / "logs" / "flwr-run.log",
             env=_env(self.run_dir / "flwr_home"),
         )
@@ -292,7 +331,10 @@ class LocalBackend:
             "--stream",
         ]
         return self.procs.start(
-            "flwr-run", cmd, self.run_dir / "logs" / "flwr-run.log", env=_env(home)
+            "flwr-run",
+            self._server_prefix + cmd,
+            self.run_dir / "logs" / "flwr-run.log",
+            env=_env(home),
         )
 
     def alive(self) -> dict[str, bool]:
@@ -316,3 +358,5 @@ class LocalBackend:
                 cgroup_dir(pid).rmdir()
             except OSError:
                 pass
+        if self.netns:
+            subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)

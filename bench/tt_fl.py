@@ -66,7 +66,11 @@ def main() -> None:
             print(f"TT uplink eps={eps} ({args.wire_dtype} on the wire) ...", flush=True)
             results[f"tt eps={eps}"] = one(
                 args.spec,
-                ["workload.fl.uplink.compression=tt", f"workload.fl.uplink.eps={eps}"],
+                [
+                    "workload.fl.uplink.compression=tt",
+                    f"workload.fl.uplink.eps={eps}",
+                    f"workload.fl.uplink.wire_dtype={args.wire_dtype}",
+                ],
                 store,
             )
     base = results["none"]

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
@@ -119,6 +120,8 @@ def launch_from_ui(page, base: str, experiment: str, overrides: str) -> None:  #
 
 
 def test_dashboard_end_to_end(controller: Controller, dashboard: str) -> None:
+    if not Path(CHROMIUM).exists():
+        pytest.skip("needs Debian's chromium (apt-get install -y chromium; .ci/run does)")
     from playwright.sync_api import sync_playwright
 
     ARTIFACTS.mkdir(exist_ok=True)
@@ -131,7 +134,9 @@ def test_dashboard_end_to_end(controller: Controller, dashboard: str) -> None:
         tab_b = ctx.new_page()
         tab_b.set_default_timeout(30_000)
         # 1. launch the quickstart, 2 rounds
-        launch_from_ui(tab_b, dashboard, "quickstart.yaml", "workload.fl.rounds=2")
+        launch_from_ui(
+            tab_b, dashboard, "quickstart.yaml", "workload.fl.rounds=2, workload.fl.local_epochs=1"
+        )
         tab_b.screenshot(path=ARTIFACTS / "dashboard-1-launched.png")
         run1 = wait_api(lambda: newest_run(api), 60)
         # 2. watch it on Live run (its own tab): rounds appear as they end

@@ -141,7 +141,11 @@ def test_launch_watch_and_stop_a_real_run(controller: Controller, tmp_path: Path
     run_id = wait_for(first_run, 60, "the run to start")
 
     def round_one() -> bool:
-        return requests.get(f"{url}/runs/{run_id}", timeout=10).json()["rounds_done"] >= 1
+        run = requests.get(f"{url}/runs/{run_id}", timeout=10).json()
+        if run["status"] != "running":  # say why at once rather than time out
+            log = next((controller.store_root / "launches").glob("*.log")).read_text()
+            raise AssertionError(f"run ended {run['status']} before round 1:\n{log[-2000:]}")
+        return run["rounds_done"] >= 1
 
     wait_for(round_one, 150, "round 1 to end")
     rows = requests.get(f"{url}/runs/{run_id}/metrics", timeout=10).json()["rows"]

@@ -251,6 +251,8 @@ def _run_fl(
     finally:
         pump()
         links = backend.link_counters() if hasattr(backend, "link_counters") else {}
+        for nid, name in (backend.node_ids() if hasattr(backend, "node_ids") else {}).items():
+            store.add_event(run_id, "node_identified", node=name, node_id=nid)
         backend.stop()
         for name, c in links.items():  # bytes that crossed each emulated link
             for key in ("bytes_up", "bytes_down", "partitioned_s", "stalled_s"):

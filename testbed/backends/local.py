@@ -337,6 +337,19 @@ class LocalBackend:
             env=_env(home),
         )
 
+    def node_ids(self) -> dict[str, str]:
+        """Flower node id -> node name, from each SuperNode's registration in its log
+        (a restarted node registers again under a new id: all map to its name)."""
+        import re
+
+        out = {}
+        for node in self.plan.clients:
+            log = self.run_dir / "logs" / f"{node.name}.log"
+            if log.exists():
+                for nid in re.findall(r"SuperNode ID: (\d+)", log.read_text(errors="replace")):
+                    out[nid] = node.name
+        return out
+
     def alive(self) -> dict[str, bool]:
         return {name: p.poll() is None for name, p in self.procs.procs.items()}
 

@@ -62,6 +62,11 @@ def run(
     sweep_id: Annotated[str | None, typer.Option(hidden=True)] = None,
 ) -> None:
     """Run an experiment (every configuration of its sweep; finished ones are skipped)."""
+    import signal
+
+    # A shell starts background jobs with SIGINT ignored; Ctrl-C / `kill -INT` (also the
+    # controller's stop) must still interrupt the run and tear its fleet down.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from testbed.backends import get_backend
     from testbed.runner import sweep_id_of, sweep_items
     from testbed.spec.loader import SpecError, expand, parse_set

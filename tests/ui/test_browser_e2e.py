@@ -166,7 +166,7 @@ def test_dashboard_end_to_end(controller: Controller, dashboard: str) -> None:
         run2 = wait_api(lambda: newest_run(api), 60)
         tab_a.goto(f"{dashboard}/live")
         wait_text(tab_a, run2, 30)
-        wait_text(tab_a, "round_start (round 1)", 120)  # the chaos engine is running
+        wait_text(tab_a, "fleet_ready", 120)  # the run's chaos engine polls injections now
         tab_b.goto(f"{dashboard}/chaos")
         wait_text(tab_b, "Inject now", 30)
         tab_b.get_by_test_id("stSelectbox").filter(has_text="Target").click()

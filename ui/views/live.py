@@ -16,6 +16,7 @@ from ui import charts, client
 HEADER_EVERY_S = 1.0
 CURVES_EVERY_S = 2.0
 TIMELINE_EVERY_S = 0.5
+MARKS = {"fault": ":red[**fault**]", "effect": ":orange[**effect**]"}
 
 
 def header(run_id: str, running: bool) -> None:
@@ -109,8 +110,7 @@ def timeline(run_id: str, running: bool) -> None:
             st.markdown("**Faults and effects**")
             st.markdown(
                 "\n".join(
-                    f"- `{r.t_s:7.2f} s` {'🔴' if r.category == 'fault' else '🟠'} {r.what}"
-                    for r in marked.itertuples()
+                    f"- `{r.t_s:7.2f} s` {MARKS[r.category]} {r.what}" for r in marked.itertuples()
                 )
             )
         latest = " · ".join(

@@ -30,6 +30,7 @@ class FaultTarget(Protocol):
     def restart_node(self, name: str) -> None: ...
     def set_control(self, name: str, control: NodeControl) -> None: ...
     def partition(self, name: str, on: bool) -> None: ...
+    def set_link(self, name: str, **changes: float) -> dict[str, object]: ...
     def restart_superlink(self) -> None: ...
 
 
@@ -183,6 +184,18 @@ class ChaosEngine:
             self.event("link_healed", node)
 
         self.later(f.duration_s or 0, heal)
+
+    def _degrade(self, node: str, f: FaultSpec) -> None:
+        changes = f.link_changes()
+        old = self.backend.set_link(node, **changes)
+        self.event("link_degraded", node, duration_s=f.duration_s, **changes)
+        if f.duration_s is not None:
+
+            def restore() -> None:
+                self.backend.set_link(node, **old)
+                self.event("link_restored", node, **old)
+
+            self.later(f.duration_s, restore)
 
     def _until(self, f: FaultSpec) -> int | None:
         start = max(self.round, 1) if f.phase == "during" else self.round + 1

@@ -228,3 +228,21 @@ def test_fleet_over_netem_links(tmp_path: Path) -> None:
     assert ("link_partitioned", "edge-1") in kinds and ("link_healed", "edge-1") in kinds
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "-srv" not in ns and processes_under(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_degrade_link_live_then_restore(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    faults = (
+        "  - {kind: degrade, node: edge-1, at_round: 2, duration_s: 8, "
+        "bandwidth_mbps: 0.5, latency_ms: 300}"
+    )
+    text = spec(3, faults, clients=2).replace(
+        "workload:",
+        "links:\n  defaults:\n    edge-cloud: {bandwidth_mbps: 50, latency_ms: 5}\nworkload:",
+    )
+    res = run_experiment(parse_spec(text), store)
+    assert res.status == "completed", res.summary
+    ev = {e[2]: json.loads(e[5]) for e in store.events(res.run_id) if e[4] == "edge-1"}
+    assert ev["link_degraded"]["bandwidth_mbps"] == 0.5
+    assert ev["link_restored"] == {"bandwidth_mbps": 50.0, "latency_ms": 5.0}

@@ -281,6 +281,18 @@ class LocalBackend:
             raise NotImplementedError("partition needs emulated links (links.mode: proxy)")
         self.proxies[name].partition(on)
 
+    def set_link(self, name: str, **changes: float) -> dict[str, object]:
+        """Change a node's link now (kept connections); return the previous values."""
+        link = self.proxies.get(name)
+        if link is None:
+            raise NotImplementedError("changing a link needs emulated links (links.mode)")
+        current = link.counters()["params"]
+        current = current if isinstance(current, dict) else current.to_dict()
+        from testbed.emulation.link import LinkParams
+
+        link.set_params(LinkParams(**{**current, **changes}))
+        return {k: current.get(k) for k in changes}
+
     def restart_superlink(self) -> None:
         """SIGKILL the SuperLink and start it again (same port, same state database).
 

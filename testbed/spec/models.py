@@ -128,7 +128,8 @@ class FleetSpec(Frozen):
 
 
 FaultKind = Literal[
-    "crash", "outage", "partition", "straggler", "flapping", "misconfig", "superlink-restart"
+    "crash", "outage", "partition", "straggler", "flapping", "misconfig", "degrade",
+    "superlink-restart",
 ]
 
 
@@ -154,6 +155,10 @@ class FaultSpec(Frozen):
     rounds: int | None = Field(None, ge=1, description="straggler/misconfig: rounds affected")
     factor: float | None = Field(None, gt=0, description="straggler slowdown; misconfig param")
     mode: Literal["lr", "label-flip", "noise", "nan"] | None = None
+    bandwidth_mbps: float | None = Field(None, gt=0, description="degrade: new bandwidth")
+    latency_ms: float | None = Field(None, ge=0, description="degrade: new latency")
+    jitter_ms: float | None = Field(None, ge=0, description="degrade: new jitter")
+    loss_pct: float | None = Field(None, ge=0, lt=100, description="degrade: new loss")
     repeat: int = Field(3, ge=1, description="flapping: down/up cycles")
 
     @model_validator(mode="after")
@@ -168,9 +173,17 @@ class FaultSpec(Frozen):
             raise ValueError(f"a {self.kind} fault needs duration_s")
         if self.kind == "straggler" and self.factor is None:
             raise ValueError("a straggler fault needs factor (slowdown, e.g. 3.0)")
+        if self.kind == "degrade" and not self.link_changes():
+            raise ValueError("a degrade fault needs one of bandwidth_mbps, latency_ms, "
+                             "jitter_ms, loss_pct")
         if self.kind == "misconfig" and self.mode is None:
             raise ValueError("a misconfig fault needs mode: lr | label-flip | noise | nan")
         return self
+
+    def link_changes(self) -> dict[str, float]:
+        """The link properties a ``degrade`` fault sets."""
+        keys = ("bandwidth_mbps", "latency_ms", "jitter_ms", "loss_pct")
+        return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
 
 
 class SweepSpec(Frozen):

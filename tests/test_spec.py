@@ -113,3 +113,38 @@ def test_cli_validate_exit_code_2(tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
     good.write_text(GOOD)
     assert subprocess.run([sys.executable, "-m", "testbed", "validate", str(good)]).returncode == 0
+
+
+def _field_names(model: type, skip: set[type], seen: set[type] | None = None) -> set[str]:
+    """Every field name of a pydantic model and of the models nested in it."""
+    import typing
+
+    from pydantic import BaseModel
+
+    seen = seen or set()
+    if model in seen or model in skip:
+        return set()
+    seen.add(model)
+    names = set()
+    for name, field in model.model_fields.items():
+        names.add(name)
+        stack = [field.annotation]
+        while stack:
+            t = stack.pop()
+            if isinstance(t, type) and issubclass(t, BaseModel):
+                names |= _field_names(t, skip, seen)
+            else:
+                stack.extend(typing.get_args(t))
+    return names
+
+
+def test_reference_yaml_shows_every_key(root: Path) -> None:
+    from nodes.compression.config import CompressSpec
+    from radio.config import SemanticMuxSpec
+    from testbed.spec.models import Experiment
+
+    text = (root / "experiments" / "reference.yaml").read_text()
+    missing = sorted(
+        n for n in _field_names(Experiment, {CompressSpec, SemanticMuxSpec}) if f"{n}:" not in text
+    )
+    assert missing == [], f"keys not shown in reference.yaml: {missing}"

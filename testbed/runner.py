@@ -262,7 +262,26 @@ def _run_fl(
         for name, mb in peak.items():
             store.add_metric(run_id, "peak_rss_mb", mb, node=name)
         finalize_statuses(store, run_id, plan, spec.rounds)
+        _round_clock(store, run_id, getattr(backend, "space_model", lambda: None)())
     return _fl_summary(store, run_id, plan, ended)
+
+
+def _round_clock(store: RunStore, run_id: str, space) -> None:
+    """Per round: participation (completed nodes), wall time since the fleet was ready
+    and, for a space tier, orbital time (wall x time compression)."""
+    events = store.events(run_id)
+    ready = next((ts for _i, ts, k, *_ in events if k == "fleet_ready"), None)
+    done: dict[int, int] = {}
+    for r, _n, status, _why in store.round_status(run_id):
+        done[r] = done.get(r, 0) + (status == "completed")
+    for r, n in done.items():
+        store.add_metric(run_id, "participation", n, round=r)
+    for _i, ts, kind, r, _n, _d in events:
+        if kind == "round_end" and ready is not None and r is not None:
+            store.add_metric(run_id, "wall_time_s", ts - ready, round=r)
+            if space is not None:
+                store.add_metric(run_id, "orbital_time_s", (ts - ready) * space.compression,
+                                 round=r)
 
 
 def _fl_summary(store: RunStore, run_id: str, plan: Plan, ended: bool) -> dict[str, Any]:

@@ -231,12 +231,12 @@ def finalize_statuses(store: RunStore, run_id: str, plan: Plan, rounds: int) -> 
         if k == "node_identified"
     }
     downs = [(rd, node, json.loads(d)) for _i, _t, k, rd, node, d in events if k == "node_down"]
-    have: dict[int, dict[str, tuple[str, str]]] = {}
-    for r, node, status, reason in store.round_status(run_id):
+    have: dict[int, dict[str, tuple[str, str, float]]] = {}
+    for r, node, status, reason, ts in store.round_status(run_id, with_ts=True):
         if node not in names:
             store.delete_status(run_id, r, node)
             node = ids.get(node.removeprefix("node-"), node)
-        have.setdefault(r, {}).setdefault(node, (status, reason))
+        have.setdefault(r, {}).setdefault(node, (status, reason, ts))
     for r in range(1, rounds + 1):
         got = have.get(r, {})
         missing = [n for n in names if n not in got]
@@ -244,8 +244,8 @@ def finalize_statuses(store: RunStore, run_id: str, plan: Plan, rounds: int) -> 
         if len(unknown) == 1 and len(missing) == 1:
             got[missing[0]] = got.pop(unknown[0])
             missing = []
-        for n, (status, reason) in got.items():
-            store.set_status(run_id, r, n, status, reason)
+        for n, (status, reason, ts) in got.items():  # keep when it was observed
+            store.set_status(run_id, r, n, status, reason, ts=ts)
         for n in missing:
             why = [d.get("reason", "down") for rd, node, d in downs if node == n and rd < r]
             store.set_status(

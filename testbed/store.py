@@ -325,12 +325,11 @@ class RunStore:
             "SELECT id, ts, spec, status FROM injections WHERE run_id=? ORDER BY id", (run_id,)
         ).fetchall()
 
-    def round_status(self, run_id: str) -> list[tuple]:
-        """Rows ``(round, node, status, reason)``."""
+    def round_status(self, run_id: str, with_ts: bool = False) -> list[tuple]:
+        """Rows ``(round, node, status, reason[, ts])`` ordered by round and node."""
+        cols = "round, node, status, reason" + (", ts" if with_ts else "")
         return self._db.execute(
-            "SELECT round, node, status, reason FROM round_status WHERE run_id=?"
-            " ORDER BY round, node",
-            (run_id,),
+            f"SELECT {cols} FROM round_status WHERE run_id=? ORDER BY round, node", (run_id,)
         ).fetchall()
 
     def metric_names(self) -> set[str]:

@@ -135,15 +135,15 @@ def test_live_injection_from_cli(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_partition_stops_traffic_for_its_duration(tmp_path: Path) -> None:
     store = RunStore(tmp_path)
-    faults = "  - {kind: partition, node: edge-1, at_round: 2, duration_s: 12}"
-    text = spec(4, faults, clients=2, timeout_s=8).replace(
+    faults = "  - {kind: partition, node: edge-1, at_round: 2, duration_s: 25}"
+    text = spec(4, faults, clients=2, timeout_s=15).replace(
         "workload:",
         "links:\n  defaults:\n    edge-cloud: {bandwidth_mbps: 50, latency_ms: 10}\nworkload:",
     )
     res = run_experiment(parse_spec(text), store)
     assert res.status == "completed"
     part = {n: v for _r, n, k, v, _t in store.metrics(res.run_id, "link_partitioned_s")}
-    assert part["edge-1"] == pytest.approx(12.0, abs=1.5) and part["edge-2"] == 0.0
+    assert part["edge-1"] == pytest.approx(25.0, abs=1.5) and part["edge-2"] == 0.0
     kinds = [(e[2], e[4]) for e in store.events(res.run_id)]
     assert ("link_partitioned", "edge-1") in kinds and ("link_healed", "edge-1") in kinds
     st = statuses(store, res.run_id)

@@ -27,7 +27,7 @@ workload:
     partitioner: {name: dirichlet, alpha: 0.5, min_partition_size: 20}
     rounds: 4
     local_epochs: 2
-    round_timeout_s: 10
+    round_timeout_s: 20
     evaluation: {per_silo: true, contributions: true}
 """
 CRASH = "faults:\n  - {kind: crash, node: silo-2, at_round: 3}\n"

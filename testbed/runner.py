@@ -280,8 +280,9 @@ def _round_clock(store: RunStore, run_id: str, space) -> None:
         if kind == "round_end" and ready is not None and r is not None:
             store.add_metric(run_id, "wall_time_s", ts - ready, round=r)
             if space is not None:
-                store.add_metric(run_id, "orbital_time_s", (ts - ready) * space.compression,
-                                 round=r)
+                store.add_metric(
+                    run_id, "orbital_time_s", (ts - ready) * space.compression, round=r
+                )
 
 
 def _fl_summary(store: RunStore, run_id: str, plan: Plan, ended: bool) -> dict[str, Any]:
@@ -318,7 +319,12 @@ def _run_library(
 
     def report(row: dict[str, Any]) -> None:
         store.add_metric(
-            run_id, row["name"], row["value"], round=row.get("step"), node=row.get("node")
+            run_id,
+            row["name"],
+            row["value"],
+            round=row.get("step"),
+            node=row.get("node"),
+            tags=row.get("tags"),
         )
         if observer:
             observer.record({"kind": "metric", **row})

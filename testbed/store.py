@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS metrics (
     round INTEGER,
     node TEXT,
     name TEXT NOT NULL,
-    value REAL
+    value REAL,
+    tags TEXT
 );
 CREATE TABLE IF NOT EXISTS round_status (
     run_id TEXT NOT NULL,
@@ -115,6 +116,9 @@ class RunStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
+        cols = {r[1] for r in self._db.execute("PRAGMA table_info(metrics)")}
+        if "tags" not in cols:  # stores written before tags existed
+            self._db.execute("ALTER TABLE metrics ADD COLUMN tags TEXT")
 
     def close(self) -> None:
         self._db.close()
@@ -190,10 +194,21 @@ class RunStore:
         round: int | None = None,
         node: str | None = None,
         ts: float | None = None,
+        tags: dict[str, Any] | None = None,
     ) -> None:
+        """One metric value; ``tags`` (JSON) qualify it (e.g. scheme, SNR, kind)."""
         self._db.execute(
-            "INSERT INTO metrics (run_id, ts, round, node, name, value) VALUES (?,?,?,?,?,?)",
-            (run_id, ts or time.time(), round, node, name, float(value)),
+            "INSERT INTO metrics (run_id, ts, round, node, name, value, tags)"
+            " VALUES (?,?,?,?,?,?,?)",
+            (
+                run_id,
+                ts or time.time(),
+                round,
+                node,
+                name,
+                float(value),
+                json.dumps(tags, default=str) if tags else None,
+            ),
         )
 
     def set_status(
@@ -335,6 +350,14 @@ class RunStore:
     def metric_names(self) -> set[str]:
         """Names of all metrics recorded so far (any run)."""
         return {r[0] for r in self._db.execute("SELECT DISTINCT name FROM metrics")}
+
+    def tagged_metrics(self, run_id: str) -> list[tuple]:
+        """Rows ``(round, node, name, value, tags dict)`` of a run, in order."""
+        rows = self._db.execute(
+            "SELECT round, node, name, value, tags FROM metrics WHERE run_id=? ORDER BY id",
+            (run_id,),
+        ).fetchall()
+        return [(r, n, k, v, json.loads(t) if t else {}) for r, n, k, v, t in rows]
 
     def metrics_frame(self, run_id: str):
         """All metrics of a run as a pandas DataFrame."""

@@ -48,3 +48,20 @@ def test_killed_writer_keeps_rows_and_is_marked_interrupted(tmp_path: Path) -> N
     s = RunStore(tmp_path)
     assert [m[0] for m in s.metrics("r2", "global_acc")] == [1, 2, 3]
     assert s.mark_stale() == ["r2"] and s.run("r2").status == "interrupted"
+
+
+def test_metric_tags_and_migration_of_an_old_store(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "testbed.db")  # a store from before tags existed
+    db.execute(
+        "CREATE TABLE metrics (id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT,"
+        " ts REAL, round INTEGER, node TEXT, name TEXT NOT NULL, value REAL)"
+    )
+    db.execute("INSERT INTO metrics (run_id, ts, name, value) VALUES ('old', 1, 'acc', 0.5)")
+    db.commit()
+    db.close()
+    s = RunStore(tmp_path)
+    s.add_metric("r", "accuracy", 0.9, round=2, tags={"scheme": "mux", "snr_db": 10})
+    assert s.tagged_metrics("r") == [(2, None, "accuracy", 0.9, {"scheme": "mux", "snr_db": 10})]
+    assert s.tagged_metrics("old") == [(None, None, "acc", 0.5, {})]

@@ -2,28 +2,41 @@
 
 Every page gets its data from the controller over HTTP (``ui/client.py``); set
 ``TESTBED_CONTROLLER_URL`` (default http://127.0.0.1:8000) and ``TESTBED_TOKEN`` if the
-controller wants one. ``testbed up`` starts both.
+controller wants one. ``testbed up`` starts both. The Radio and Compression pages show
+only when the store holds runs of those workloads.
 """
 
 import streamlit as st
 
+from ui import client
 from ui.views.common import controller_status
 
 st.set_page_config(page_title="continuum-testbed", page_icon=":material/hub:", layout="wide")
 controller_status()
-st.navigation(
-    [
-        st.Page("screens/fleet.py", title="Fleet", icon=":material/hub:", url_path="fleet"),
+pages = [
+    st.Page("screens/fleet.py", title="Fleet", icon=":material/hub:", url_path="fleet"),
+    st.Page(
+        "screens/experiments.py",
+        title="Experiments",
+        icon=":material/science:",
+        url_path="experiments",
+    ),
+    st.Page("screens/live.py", title="Live run", icon=":material/monitoring:", url_path="live"),
+    st.Page("screens/chaos.py", title="Chaos", icon=":material/bolt:", url_path="chaos"),
+    st.Page("screens/results.py", title="Results", icon=":material/compare:", url_path="results"),
+]
+workloads = {r["workload"] for r in client.runs()}
+if "semantic_mux" in workloads:
+    pages.append(
+        st.Page("screens/radio.py", title="Radio", icon=":material/cell_tower:", url_path="radio")
+    )
+if "compress" in workloads:
+    pages.append(
         st.Page(
-            "screens/experiments.py",
-            title="Experiments",
-            icon=":material/science:",
-            url_path="experiments",
-        ),
-        st.Page("screens/live.py", title="Live run", icon=":material/monitoring:", url_path="live"),
-        st.Page("screens/chaos.py", title="Chaos", icon=":material/bolt:", url_path="chaos"),
-        st.Page(
-            "screens/results.py", title="Results", icon=":material/compare:", url_path="results"
-        ),
-    ]
-).run()
+            "screens/compression.py",
+            title="Compression",
+            icon=":material/compress:",
+            url_path="compression",
+        )
+    )
+st.navigation(pages).run()

@@ -237,3 +237,40 @@ def overlay(frames: dict[str, pd.DataFrame], metric: str) -> pd.DataFrame:
     if not parts:
         return pd.DataFrame(columns=["round", "value", "series"])
     return pd.concat(parts, ignore_index=True)
+
+
+def kind_label(rows: pd.DataFrame) -> str:
+    """``measured``, ``modelled`` or both, as the rows' ``kind`` tags say."""
+    kinds = sorted({str(k) for k in rows["kind"].dropna()})
+    return " + ".join(kinds) if kinds else "kind not recorded"
+
+
+def axis_title(rows: pd.DataFrame, name: str) -> str:
+    """``latency_s (modelled, s)``: a metric's name with its kind and unit tags."""
+    units = sorted({str(u) for u in rows["unit"].dropna()})
+    return f"{name} ({', '.join([kind_label(rows), *units[:1]])})"
+
+
+def xy_chart(
+    x: str, x_title: str, y_title: str, colour: str = "series", log_y: bool = False
+) -> dict[str, Any]:
+    """Vega-Lite spec: ``value`` against a numeric ``x``, one line per ``colour`` value."""
+    return {
+        "mark": {"type": "line", "point": True},
+        "encoding": {
+            "x": {"field": x, "type": "quantitative", "title": x_title},
+            "y": {
+                "field": "value",
+                "type": "quantitative",
+                "title": y_title,
+                "scale": {"type": "log"} if log_y else {"zero": False},
+            },
+            "color": {"field": colour, "type": "nominal", "legend": {"title": None}},
+            "tooltip": [
+                {"field": colour, "type": "nominal"},
+                {"field": x, "type": "quantitative"},
+                {"field": "value", "type": "quantitative", "format": ".4g"},
+            ],
+        },
+        "height": 280,
+    }

@@ -189,6 +189,38 @@ def compare(run_ids: tuple[str, ...]) -> dict[str, Any]:
     return _get("/compare", run=list(run_ids))
 
 
+TAG_COLUMNS = ("kind", "unit", "scheme", "num_tasks", "snr_db", "task", "eps", "profile")
+
+
+@st.cache_data(ttl=5, show_spinner=False)
+def tagged_metrics(run_id: str) -> pd.DataFrame:
+    """A run's metrics with their tags as columns (round, node, name, value, kind, unit,
+    scheme, num_tasks, snr_db, task, eps, profile; missing tags are empty)."""
+    rows = [
+        {**{k: r[k] for k in ("round", "node", "name", "value")}, **(r["tags"] or {})}
+        for r in _get(f"/runs/{run_id}/tagged-metrics")
+    ]
+    df = pd.DataFrame(rows)
+    for col in ("round", "node", "name", "value", *TAG_COLUMNS):
+        if col not in df.columns:
+            df[col] = None
+    for col in ("num_tasks", "snr_db", "eps"):  # compression tags arrive as strings
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    return df
+
+
+@st.cache_data(ttl=10, show_spinner=False)
+def artifacts(run_id: str) -> list[str]:
+    """Files in the run's folder the controller serves (PNG plots, results.json, CSV)."""
+    return _get(f"/runs/{run_id}/artifacts")
+
+
+@st.cache_data(ttl=60, show_spinner=False)
+def artifact(run_id: str, name: str) -> bytes:
+    """One of the run's files, as bytes."""
+    return _request("GET", f"/runs/{run_id}/artifacts/{name}").content
+
+
 def _feed(run_id: str, what: str) -> list[dict[str, Any]]:
     feeds = st.session_state.setdefault("feeds", {})
     feed = feeds.setdefault((run_id, what), {"rows": [], "cursor": 0})

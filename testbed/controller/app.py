@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
 from testbed.controller.service import Controller, UserError
@@ -188,6 +188,21 @@ def create_app(
     async def events(run_id: str, since: Annotated[int, Query(ge=0)] = 0) -> dict[str, Any]:
         """Event rows after cursor ``since``: id, ts, kind, round, node, data."""
         return ctl.events_since(run_id, since)
+
+    @app.get("/runs/{run_id}/tagged-metrics", tags=["runs"])
+    async def tagged_metrics(run_id: str) -> list[dict[str, Any]]:
+        """All metric rows of a run with their tags: round, node, name, value, tags."""
+        return ctl.tagged_metrics(run_id)
+
+    @app.get("/runs/{run_id}/artifacts", tags=["runs"])
+    async def artifacts(run_id: str) -> list[str]:
+        """Files of the run's folder the dashboard may show (PNG plots, results.json, CSV)."""
+        return ctl.artifacts(run_id)
+
+    @app.get("/runs/{run_id}/artifacts/{name}", tags=["runs"])
+    async def artifact(run_id: str, name: str) -> FileResponse:
+        """One of those files."""
+        return FileResponse(ctl.artifact_path(run_id, name))
 
     @app.get("/runs/{run_id}/status", tags=["runs"])
     async def round_status(run_id: str) -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ from testbed.store import RunRow, RunStore
 
 SUFFIXES = (".yaml", ".yml")
 TOPOLOGY_KEYS = ("name", "seed", "profiles", "fleet", "links")
+ARTIFACT_SUFFIXES = (".png", ".json", ".csv")
 
 
 class UserError(Exception):
@@ -308,6 +309,28 @@ class Controller:
             d["data"] = json.loads(d["data"]) if d["data"] else {}
             out.append(d)
         return {"rows": out, "cursor": rows[-1][0] if rows else since}
+
+    def tagged_metrics(self, run_id: str) -> list[dict[str, Any]]:
+        """Every metric row of a run with its tags (scheme, num_tasks, snr_db, eps, kind...)."""
+        run = self._run(run_id)
+        keys = ("round", "node", "name", "value", "tags")
+        return [dict(zip(keys, r, strict=True)) for r in self.store.tagged_metrics(run.run_id)]
+
+    def artifacts(self, run_id: str) -> list[str]:
+        """Files a run wrote at the top of its folder that the dashboard may show."""
+        run = self._run(run_id)
+        folder = Path(run.artifact_dir or "")
+        if not run.artifact_dir or not folder.is_dir():
+            return []
+        return sorted(
+            p.name for p in folder.iterdir() if p.is_file() and p.suffix in ARTIFACT_SUFFIXES
+        )
+
+    def artifact_path(self, run_id: str, name: str) -> Path:
+        """Path of one of :meth:`artifacts` (any other name: 404)."""
+        if name not in self.artifacts(run_id):
+            raise UserError(404, f"run {run_id} has no artifact {name!r}")
+        return Path(self._run(run_id).artifact_dir or "") / name
 
     def round_status(self, run_id: str) -> list[dict[str, Any]]:
         run = self._run(run_id)

@@ -153,3 +153,99 @@ def seeded(controller: Controller) -> dict[str, str]:
     }
     store.close()
     return ids
+
+
+def tiny_png() -> bytes:
+    """A valid 1x1 PNG (stands in for the plots the experiments write)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    ihdr = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00"))
+        + chunk(b"IEND", b"")
+    )
+
+
+def _library_run(store: RunStore, run_id: str, experiment: str) -> Path:
+    exp = load_spec(ROOT / "experiments" / experiment)
+    run_dir = store.create_run(
+        run_id, exp.name, seed=0, backend="local", spec_path=experiment, pid=os.getpid()
+    )
+    snapshot(exp, 0, run_dir, {"run_id": run_id})
+    return run_dir
+
+
+def seed_radio_run(store: RunStore, run_id: str = "semantic-mux-a") -> str:
+    """A finished semantic_mux run whose rows are shaped as ``radio/experiment.py``
+    reports them (``emit``: step and node None; tags kind, unit, scheme, num_tasks,
+    snr_db, task), and the PNG plots it writes."""
+    run_dir = _library_run(store, run_id, "semantic_mux.yaml")
+
+    def emit(name, value, kind, unit, scheme, k, snr=None, task=None):  # radio's emit
+        tags = {"kind": kind, "unit": unit, "scheme": scheme, "num_tasks": k,
+                "snr_db": snr, "task": task}  # fmt: skip
+        store.add_metric(run_id, name, value, round=None, node=None, tags=tags)
+
+    base = {"semantic_mux": 0.9, "orthogonal": 0.8, "bit_level": 0.7}
+    for k in (2, 4, 8):
+        for scheme, b in base.items():
+            emit("train_time_s", 10.0 * k, "measured", "s", scheme, k)
+            for snr in (-5.0, 0.0, 20.0):
+                acc = b - 0.02 * k + 0.005 * snr
+                for t in ("digit", "parity")[: min(k, 2)]:
+                    emit("accuracy", acc, "measured", "fraction", scheme, k, snr, t)
+                emit("mean_accuracy", acc, "measured", "fraction", scheme, k, snr)
+            uses = 8 if scheme == "semantic_mux" else 8 * k
+            emit("channel_uses", uses, "measured", "REs per inference", scheme, k)
+            emit("communication_load_symbols", 4 * uses, "measured",
+                 "complex symbols per inference", scheme, k)  # fmt: skip
+            emit("airtime_s", uses * 1e-5, "modelled", "s", scheme, k)
+            emit("latency_s", uses * 1e-5 + 1e-3, "modelled", "s", scheme, k)
+            emit("energy_j", uses * 1e-6, "modelled", "J", scheme, k)
+        for scheme in ("orthogonal", "bit_level"):
+            emit("ratio_latency_s", 2.0 * k, "modelled", f"{scheme} / semantic_mux", scheme, k)
+            emit("ratio_load_symbols", k, "measured", f"{scheme} / semantic_mux", scheme, k)
+    for name in ("accuracy_vs_k.png", "accuracy_vs_snr.png", "load_latency_vs_k.png"):
+        (run_dir / name).write_bytes(tiny_png())
+    (run_dir / "results.json").write_text('{"rows": []}')
+    store.finish_run(run_id, "completed", {"wall_time_s": 60.0})
+    return run_id
+
+
+def seed_compress_run(store: RunStore, run_id: str = "tt-edge-a") -> str:
+    """A finished compress run whose rows are shaped as ``nodes/compression/experiment.py``
+    reports them (``_metric``: tags as strings; step = eps index; ``accuracy_before``
+    without eps; modelled rows tagged with the engine profile)."""
+    run_dir = _library_run(store, run_id, "tt_edge.yaml")
+
+    def metric(name, value, step, **tags):  # compression's _metric
+        store.add_metric(run_id, name, value, round=step, node=None,
+                         tags={k: str(v) for k, v in tags.items()})  # fmt: skip
+
+    metric("accuracy_before", 0.95, None, kind="measured")
+    for i, eps in enumerate((0.1, 0.5, 0.9)):
+        row = {"ratio": 1.5 + 4 * eps, "weight_rel_error": eps / 2, "acc_after": 0.95 - eps / 3,
+               "acc_finetuned": 0.94 - eps / 10, "compress_seconds": 0.2}  # fmt: skip
+        for key, v in row.items():
+            metric(key, v, i, eps=eps, kind="measured")
+        for key, v in (("modelled_speedup_x", 3.0 + eps), ("modelled_energy_saving_pct", 40.0)):
+            metric(key, v, i, eps=eps, kind="modelled", profile="riscv-edge-ttd")
+    (run_dir / "tt_edge_accuracy.png").write_bytes(tiny_png())
+    store.finish_run(run_id, "completed", {"seconds": 20.0})
+    return run_id
+
+
+@pytest.fixture
+def library_runs(seeded: dict[str, str], controller: Controller) -> dict[str, str]:
+    """The seeded FL runs plus a finished radio run and a finished compression run."""
+    store = RunStore(controller.store_root)
+    ids = {**seeded, "radio": seed_radio_run(store), "compress": seed_compress_run(store)}
+    store.close()
+    return ids

@@ -168,3 +168,36 @@ def test_launch_watch_and_stop_a_real_run(controller: Controller, tmp_path: Path
     assert "interrupted" in log
     assert requests.post(f"{url}/runs/{run_id}/stop", timeout=10).status_code == 409
     assert processes_under(controller.store_root) == []
+
+
+def test_tagged_metrics_workload_kind_and_artifacts(
+    controller: Controller, library_runs: dict
+) -> None:
+    url = controller.url
+    kinds = {r["run_id"]: r["workload"] for r in requests.get(f"{url}/runs", timeout=10).json()}
+    assert kinds[library_runs["radio"]] == "semantic_mux"
+    assert kinds[library_runs["compress"]] == "compress" and kinds[library_runs["a"]] == "fl"
+    rows = requests.get(f"{url}/runs/{library_runs['radio']}/tagged-metrics", timeout=10).json()
+    latency = next(r for r in rows if r["name"] == "latency_s")
+    assert latency["round"] is None and latency["node"] is None
+    assert latency["tags"] == {
+        "kind": "modelled", "unit": "s", "scheme": "semantic_mux", "num_tasks": 2,
+        "snr_db": None, "task": None,
+    }  # fmt: skip
+    rows = requests.get(f"{url}/runs/{library_runs['compress']}/tagged-metrics", timeout=10)
+    speedup = next(r for r in rows.json() if r["name"] == "modelled_speedup_x")
+    assert speedup["round"] == 0
+    assert speedup["tags"] == {"eps": "0.1", "kind": "modelled", "profile": "riscv-edge-ttd"}
+    fl = requests.get(f"{url}/runs/{library_runs['a']}/tagged-metrics", timeout=10).json()
+    assert fl and all(r["tags"] == {} for r in fl)  # FL rows carry no tags
+    assert requests.get(f"{url}/runs/nope/tagged-metrics", timeout=10).status_code == 404
+    names = requests.get(f"{url}/runs/{library_runs['radio']}/artifacts", timeout=10).json()
+    assert "accuracy_vs_k.png" in names and "results.json" in names
+    png = requests.get(
+        f"{url}/runs/{library_runs['radio']}/artifacts/accuracy_vs_k.png", timeout=10
+    )
+    assert png.status_code == 200 and png.headers["content-type"] == "image/png"
+    assert png.content.startswith(b"\x89PNG")
+    for name in ("meta.json%2F..%2F..%2Ftestbed.db", "..%2Ftestbed.db", "missing.png"):
+        r = requests.get(f"{url}/runs/{library_runs['radio']}/artifacts/{name}", timeout=10)
+        assert r.status_code == 404

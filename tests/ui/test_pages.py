@@ -15,7 +15,7 @@ from testbed.chaos import ChaosEngine
 from testbed.planner import make_plan
 from testbed.spec.loader import parse_spec
 from testbed.store import RunStore
-from tests.ui.conftest import ROOT, Controller
+from tests.ui.conftest import ROOT, Controller, seed_compress_run
 
 APP = str(ROOT / "ui" / "app.py")
 DOWN_COLOUR = "#f85149"  # ui.charts.NODE_COLOURS["down"]
@@ -178,3 +178,54 @@ def test_results_page_compares_runs(app: AppTest, seeded: dict) -> None:
     assert "1 key(s) differ" in texts(at)
     assert len(at.get("vega_lite_chart")) == 1
     assert len(at.get("download_button")) == 2
+
+
+def test_radio_page_shows_accuracy_load_latency_and_plots(app: AppTest, library_runs: dict) -> None:
+    at = open_page(app, "radio")
+    assert at.selectbox[0].value == library_runs["radio"]
+    specs = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
+    y = [s["encoding"]["y"]["title"] for s in specs]
+    x = [s["encoding"]["x"]["field"] for s in specs]
+    assert y[:2] == ["mean accuracy (measured, fraction)"] * 2 and x[:2] == ["num_tasks", "snr_db"]
+    assert "communication_load_symbols (measured, complex symbols per inference)" in y
+    assert "latency_s (modelled, s)" in y and "energy_j (modelled, J)" in y
+    assert all(s["encoding"]["color"]["field"] == "scheme" for s in specs)
+    assert len(at.get("image")) == 3  # accuracy_vs_k, accuracy_vs_snr, load_latency_vs_k
+    at.selectbox[1].set_value(0.0).run()  # accuracy vs K at 0 dB
+    ratios = str(at.dataframe[0].value)
+    assert "latency_s (modelled)" in ratios and "load_symbols (measured)" in ratios
+
+
+def test_compression_page_shows_per_eps_and_modelled_engine(
+    app: AppTest, library_runs: dict
+) -> None:
+    at = open_page(app, "compression")
+    assert at.selectbox[0].value == library_runs["compress"]
+    table = at.dataframe[0].value
+    assert list(table.index) == [0.1, 0.5, 0.9]
+    assert table["accuracy_before (measured)"].tolist() == [0.95] * 3
+    assert "ratio (measured)" in table and "modelled_speedup_x (modelled)" in table
+    assert "**MODELLED**: cost model on profile `riscv-edge-ttd`" in texts(at)
+    specs = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
+    assert specs[0]["encoding"]["y"]["title"] == "test accuracy (measured)"
+    assert "modelled_speedup_x (modelled)" in [s["encoding"]["y"]["title"] for s in specs]
+    assert len(at.get("image")) == 1
+
+
+def test_radio_and_compression_pages_only_with_such_runs(
+    app: AppTest, seeded: dict, controller: Controller
+) -> None:
+    at = open_page(app, "results")
+    for page in ("radio", "compression"):  # FL runs only: neither page is registered
+        with pytest.raises(ValueError, match="Could not find a navigation page"):
+            at.switch_page(f"screens/{page}.py")
+    store = RunStore(controller.store_root)
+    seed_compress_run(store)
+    store.close()
+    import streamlit as st
+
+    st.cache_data.clear()
+    at.run()  # the router now sees a compression run
+    assert open_page(at, "compression").title[0].value == "Compression"
+    with pytest.raises(ValueError, match="Could not find a navigation page"):
+        at.switch_page("screens/radio.py")

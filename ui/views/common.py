@@ -100,3 +100,19 @@ def wait_for_runs(message: str) -> None:
 
     poll()
     st.stop()
+
+
+def runs_of(workload: str) -> list[dict[str, Any]]:
+    """Runs of one workload kind (``fl``, ``semantic_mux``, ``compress``), newest first."""
+    return [r for r in client.runs() if r["workload"] == workload]
+
+
+def plots(run_id: str) -> None:
+    """The PNG plots the run wrote into its folder, two per row."""
+    names = [n for n in client.artifacts(run_id) if n.endswith(".png")]
+    if not names:
+        st.caption("this run wrote no plots (yet)")
+        return
+    cols = st.columns(2)
+    for i, name in enumerate(names):
+        cols[i % 2].image(client.artifact(run_id, name), caption=name)

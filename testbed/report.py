@@ -197,7 +197,10 @@ def summarize(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
 
 
 def _skew_key(s: str) -> float:
-    return -1.0 if s == "iid" else -float(s.split("=")[1]) if s.startswith("alpha=") else 0.0
+    """IID first, then decreasing alpha (increasing skew)."""
+    if s == "iid":
+        return float("-inf")
+    return -float(s.split("=")[1]) if s.startswith("alpha=") else 0.0
 
 
 def plots(figs: list[RunFigures], out: Path) -> list[str]:
@@ -232,7 +235,8 @@ def plots(figs: list[RunFigures], out: Path) -> list[str]:
         ax.set_title(skew)
         ax.set_xlabel("round")
     axes[0][0].set_ylabel("global test accuracy (measured)")
-    axes[0][-1].legend(fontsize=6)
+    for ax in axes[0]:
+        ax.legend(fontsize=5, loc="lower right")
     fig.tight_layout()
     fig.savefig(out / "accuracy_vs_round.png", dpi=110)
     files.append("accuracy_vs_round.png")

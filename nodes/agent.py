@@ -93,6 +93,23 @@ def _env() -> dict[str, str]:
     return env
 
 
+def watch_parent() -> None:
+    """SIGTERM this node when the process that started it dies.
+
+    A controller killed hard (SIGKILL) cannot tear its fleet down; its nodes are in their
+    own sessions, so without this they would outlive it. In a container the parent is
+    the init process and never changes.
+    """
+    parent = os.getppid()
+
+    def loop() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=loop, name="watch-parent", daemon=True).start()
+
+
 def _forward_signals(child: subprocess.Popen, on_stop=None) -> None:
     def handler(signum, _frame):
         if on_stop:
@@ -113,6 +130,7 @@ def run_superlink(port: int, host: str = "127.0.0.1", database: str | None = Non
     ``superlink-restart``. The SuperExec and a running ServerApp survive it; SuperNodes
     and the ServerApp reconnect with Flower's own retries.
     """
+    watch_parent()
     env = _env()
     cmd = superlink_command(port, host, database, isolation="process")
     link = subprocess.Popen(cmd, env=env)
@@ -245,6 +263,7 @@ def run_supernode(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll otherwise
     limits = apply_limits(memory_mb, cpus)  # before any child starts: they inherit it
+    watch_parent()
     child = subprocess.Popen(supernode_command(superlink, port, node_config, warm), env=_env())
     if not warm:
         _forward_signals(child)

@@ -114,3 +114,28 @@ def test_two_concurrent_runs_do_not_collide(tmp_path: Path) -> None:
     runs = RunStore(tmp_path / "runs").runs()
     assert len({r.run_id for r in runs}) == 2 and all(r.status == "completed" for r in runs)
     assert processes_under(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_nodes_stop_when_the_controller_is_killed_hard(tmp_path: Path) -> None:
+    spec = tmp_path / "e.yaml"
+    spec.write_text(fleet_yaml(2, 20))
+    proc = _cli(tmp_path, spec)
+    deadline = time.time() + 120
+    while time.time() < deadline:  # wait until the fleet is up
+        db = tmp_path / "runs" / "testbed.db"
+        if db.exists() and any(
+            e[2] == "fleet_ready"
+            for r in RunStore(tmp_path / "runs").runs()
+            for e in RunStore(tmp_path / "runs").events(r.run_id)
+        ):
+            break
+        time.sleep(0.5)
+    assert processes_under(tmp_path)  # nodes are running
+    proc.kill()  # SIGKILL: no teardown runs
+    proc.wait()
+    deadline = time.time() + 30
+    while processes_under(tmp_path) and time.time() < deadline:
+        time.sleep(0.5)
+    assert processes_under(tmp_path) == []  # the nodes noticed and stopped
+    assert RunStore(tmp_path / "runs").mark_stale() != []  # and the run is interrupted

@@ -147,7 +147,9 @@ def test_partition_stops_traffic_for_its_duration(tmp_path: Path) -> None:
     kinds = [(e[2], e[4]) for e in store.events(res.run_id)]
     assert ("link_partitioned", "edge-1") in kinds and ("link_healed", "edge-1") in kinds
     st = statuses(store, res.run_id)
-    assert st[(2, "edge-1")] == "failed"  # its reply could not cross the link in time
+    # its reply could not cross the link before the deadline: failed, or late once the
+    # held reply arrived after the heal (the partition loses nothing)
+    assert st[(2, "edge-1")] in ("failed", "late")
     assert st[(4, "edge-1")] == "completed" and st[(2, "edge-2")] == "completed"
     up = {n: v for _r, n, k, v, _t in store.metrics(res.run_id, "link_bytes_up")}
     assert up["edge-1"] > 100_000 and up["edge-2"] > 100_000

@@ -205,22 +205,21 @@ def _run_fl(
         store.add_event(run_id, "fleet_starting", nodes=[n.name for n in plan.nodes])
         backend.start()
         store.add_event(run_id, "fleet_ready", superlink_port=backend.superlink_port)
-        for name, lim in (backend.node_limits() if hasattr(backend, "node_limits") else {}).items():
+        for name, lim in backend.node_limits().items():
             store.add_event(run_id, "node_limits", node=name, **lim)
         chaos = ChaosEngine(plan, backend, store, run_id, plan.seed)
         chaos.start()
-        if hasattr(backend, "start_schedules"):
-            backend.start_schedules()
-            space = backend.space_model()
-            if space is not None:  # orbital record: windows, compression, assignment
-                rec = space.record()
-                (run_dir / "space.json").write_text(json.dumps(rec, indent=1, default=str))
-                store.add_event(
-                    run_id,
-                    "space_clock",
-                    start_utc=rec.get("start_utc"),
-                    time_compression=space.compression,
-                )
+        backend.start_schedules()
+        space = backend.space_model()
+        if space is not None:  # orbital record: windows, compression, assignment
+            rec = space.record()
+            (run_dir / "space.json").write_text(json.dumps(rec, indent=1, default=str))
+            store.add_event(
+                run_id,
+                "space_clock",
+                start_utc=rec.get("start_utc"),
+                time_compression=space.compression,
+            )
         proc = backend.submit(
             {
                 "fl-spec": spec.model_dump_json(),
@@ -239,7 +238,7 @@ def _run_fl(
                 pump()
                 # The log stream drops when the SuperLink restarts (fault
                 # superlink-restart); the run itself goes on: stream it again.
-                now = getattr(backend, "superlink_restarts", 0)
+                now = backend.superlink_restarts
                 if ended or now == restarts or backend.flwr_run_id() is None:
                     break
                 restarts = now
@@ -250,8 +249,8 @@ def _run_fl(
             raise TimeoutError("the Flower run did not finish in time (see logs/flwr-run.log)")
     finally:
         pump()
-        links = backend.link_counters() if hasattr(backend, "link_counters") else {}
-        for nid, name in (backend.node_ids() if hasattr(backend, "node_ids") else {}).items():
+        links = backend.link_counters()
+        for nid, name in backend.node_ids().items():
             store.add_event(run_id, "node_identified", node=name, node_id=nid)
         backend.stop()
         for name, c in links.items():  # bytes that crossed each emulated link
@@ -262,7 +261,7 @@ def _run_fl(
         for name, mb in peak.items():
             store.add_metric(run_id, "peak_rss_mb", mb, node=name)
         finalize_statuses(store, run_id, plan, spec.rounds)
-        _round_clock(store, run_id, getattr(backend, "space_model", lambda: None)())
+        _round_clock(store, run_id, backend.space_model())
     return _fl_summary(store, run_id, plan, ended)
 
 

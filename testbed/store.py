@@ -8,6 +8,7 @@ each write commits, so a killed run keeps everything it wrote.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import sqlite3
 import time
@@ -113,12 +114,17 @@ class RunStore:
         self._db = sqlite3.connect(
             self.path, timeout=30, isolation_level=None, check_same_thread=False
         )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
-        cols = {r[1] for r in self._db.execute("PRAGMA table_info(metrics)")}
-        if "tags" not in cols:  # stores written before tags existed
-            self._db.execute("ALTER TABLE metrics ADD COLUMN tags TEXT")
+        # Switching a new file to WAL takes an exclusive lock and SQLite does not run the
+        # busy handler for it, so two runs opening a fresh store at once would see
+        # "database is locked". Set-up is serialised across processes by a file lock.
+        with open(self.root / ".testbed.db.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(SCHEMA)
+            cols = {r[1] for r in self._db.execute("PRAGMA table_info(metrics)")}
+            if "tags" not in cols:  # stores written before tags existed
+                self._db.execute("ALTER TABLE metrics ADD COLUMN tags TEXT")
 
     def close(self) -> None:
         self._db.close()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 from testbed.store import RunStore
@@ -65,3 +67,22 @@ def test_metric_tags_and_migration_of_an_old_store(tmp_path: Path) -> None:
     s.add_metric("r", "accuracy", 0.9, round=2, tags={"scheme": "mux", "snr_db": 10})
     assert s.tagged_metrics("r") == [(2, None, "accuracy", 0.9, {"scheme": "mux", "snr_db": 10})]
     assert s.tagged_metrics("old") == [(None, None, "acc", 0.5, {})]
+
+
+def _open_store(root: str) -> str:
+    store = RunStore(root)
+    store.create_run(uuid.uuid4().hex, "x", seed=0, backend="local")
+    store.close()
+    return "ok"
+
+
+def test_runs_opening_a_fresh_store_at_once_do_not_see_a_locked_database(
+    tmp_path: Path,
+) -> None:
+    """Two `testbed run`s started together on a new --out folder (CI found this)."""
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(6) as pool:
+        for i in range(4):
+            root = str(tmp_path / f"fresh{i}")
+            assert pool.map(_open_store, [root] * 6) == ["ok"] * 6
+            assert len(RunStore(root).runs()) == 6

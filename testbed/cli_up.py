@@ -108,6 +108,7 @@ def up(
     except ValueError as e:
         err_console.print(f"[red]error:[/] {e}", highlight=False)
         raise typer.Exit(2) from None
+
     def interrupt(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
 

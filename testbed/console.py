@@ -144,6 +144,24 @@ def print_summary(console: Console, result: RunResult) -> None:
                 f"{s.get('peak_rss_mb', {}).get(node, 0):.0f}",
             )
         console.print(t)
+    if isinstance(s.get("functions"), dict):
+        timing = s.get("gpu_timing") or "no GPU used"
+        t = Table(title=f"functions, policy {s.get('policy')} (GPU: {timing})")
+        cols = ("function", "node", "mode", "backend", "req", "p50 ms", "p95 ms", "SLO ms")
+        for col in (*cols, "miss %", "GPU-s", "switch"):
+            t.add_column(col, justify="right")
+        for name, f in s["functions"].items():
+            nums = ("p50_ms", "p95_ms", "slo_ms", "slo_violation_pct", "gpu_seconds")
+            t.add_row(
+                name,
+                f["node"],
+                f["mode"].replace("_preferred", "_pref"),
+                f"{f['start_backend']}>{f['end_backend']}",
+                str(f["requests"]),
+                *("-" if f[k] is None else f"{f[k]:.1f}" for k in nums),
+                str(f["switches"]),
+            )
+        console.print(t)
     extra = {
         k: v
         for k, v in s.items()

@@ -1,4 +1,4 @@
-"""Library workloads (run in-process by the runner): semantic multiplexing, TT compression."""
+"""Workloads the runner drives in-process: semantic multiplexing, TT compression, functions."""
 
 from __future__ import annotations
 
@@ -26,4 +26,8 @@ def run_workload(
         from nodes.compression.experiment import run_compress
 
         return dict(run_compress(w.compress, seed, out_dir, report, progress))
+    if w.functions is not None:
+        from testbed.functions.experiment import run_functions
+
+        return dict(run_functions(exp, seed, out_dir, report, progress))
     raise ValueError("workload: nothing to run")

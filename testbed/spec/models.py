@@ -15,6 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from nodes.compression.config import CompressSpec
 from nodes.fl.config import FLSpec, Frozen
 from radio.config import SemanticMuxSpec
+from testbed.functions.config import FunctionsSpec
 from testbed.space.config import SpaceSpec
 from testbed.spec.catalog import CATALOG, DeviceProfile
 
@@ -128,7 +129,13 @@ class FleetSpec(Frozen):
 
 
 FaultKind = Literal[
-    "crash", "outage", "partition", "straggler", "flapping", "misconfig", "degrade",
+    "crash",
+    "outage",
+    "partition",
+    "straggler",
+    "flapping",
+    "misconfig",
+    "degrade",
     "superlink-restart",
 ]
 
@@ -174,8 +181,9 @@ class FaultSpec(Frozen):
         if self.kind == "straggler" and self.factor is None:
             raise ValueError("a straggler fault needs factor (slowdown, e.g. 3.0)")
         if self.kind == "degrade" and not self.link_changes():
-            raise ValueError("a degrade fault needs one of bandwidth_mbps, latency_ms, "
-                             "jitter_ms, loss_pct")
+            raise ValueError(
+                "a degrade fault needs one of bandwidth_mbps, latency_ms, jitter_ms, loss_pct"
+            )
         if self.kind == "misconfig" and self.mode is None:
             raise ValueError("a misconfig fault needs mode: lr | label-flip | noise | nan")
         return self
@@ -206,11 +214,13 @@ class WorkloadSpec(Frozen):
     fl: FLSpec | None = None
     semantic_mux: SemanticMuxSpec | None = None
     compress: CompressSpec | None = None
+    functions: FunctionsSpec | None = None
 
     @model_validator(mode="after")
     def _one(self) -> WorkloadSpec:
-        if sum(x is not None for x in (self.fl, self.semantic_mux, self.compress)) != 1:
-            raise ValueError("workload needs exactly one of: fl, semantic_mux, compress")
+        sections = (self.fl, self.semantic_mux, self.compress, self.functions)
+        if sum(x is not None for x in sections) != 1:
+            raise ValueError("workload needs exactly one of: fl, semantic_mux, compress, functions")
         return self
 
 
@@ -234,6 +244,8 @@ class Experiment(Frozen):
         errors: list[str] = []
         if self.workload.fl is not None and self.fleet is None:
             errors.append("fleet: required for an fl workload")
+        if self.workload.functions is not None and self.fleet is None:
+            errors.append("fleet: required for a functions workload")
         names: list[str] = []
         if self.fleet is not None:
             catalog = {**CATALOG, **self.profiles}
@@ -276,6 +288,13 @@ class Experiment(Frozen):
                         f"space.relays.{i}.node: node {relay.node!r} is not defined "
                         f"in fleet.nodes (defined: {sorted(names)})"
                     )
+        fns = self.workload.functions.functions if self.workload.functions else []
+        for i, fn in enumerate(fns):
+            if fn.node is not None and fn.node not in names:
+                errors.append(
+                    f"workload.functions.functions.{i}.node: node {fn.node!r} is not defined "
+                    f"in fleet.nodes (defined: {sorted(names)})"
+                )
         for i, f in enumerate(self.faults):
             if f.node is not None and f.node not in names:
                 errors.append(

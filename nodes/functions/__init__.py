@@ -1,0 +1,1 @@
+"""Serverless function analysis: execution-mode identification at deploy time."""

@@ -1,0 +1,1 @@
+"""Serverless functions on the continuum: Gaia's dynamic CPU/GPU runtime and request arrivals."""

@@ -1,0 +1,106 @@
+"""Typed settings of the serverless-function workload (``workload.functions``).
+
+Gaia (shared papers.md section 4): functions deployed across the continuum, an execution
+mode per function from static analysis (overridable), a dynamic runtime that promotes /
+demotes between CPU and GPU against the function's SLO, and a placement policy.
+
+Time scaling. Gaia's runtime works in minutes (evaluate every 60 s, 30-min windows,
+2-min cold-start wait); an experiment here lasts minutes, so every runtime *duration* is
+multiplied by ``runtime.time_scale`` (default 1/30: evaluate every 2 s, 60-s windows,
+4-s wait). Latency thresholds follow the function's SLO the way Gaia's defaults follow
+its 1000-ms bound: gap = 0.2 x SLO (200 ms), low-rate bound = 2 x SLO (2000 ms), lock
+to GPU at 100 x SLO (100 s). Every value can be set explicitly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from nodes.fl.config import Frozen
+
+POLICIES = ("static-cpu", "static-gpu", "gaia", "gaia-link")
+Mode = Literal["cpu", "cpu_preferred", "gpu_preferred", "gpu"]
+
+
+class ArrivalSpec(Frozen):
+    """How requests arrive (open loop)."""
+
+    kind: Literal["poisson", "bursty", "trace"] = "poisson"
+    rate_rps: float = Field(2.0, gt=0, description="mean rate (poisson, bursty)")
+    burst_factor: float = Field(5.0, ge=1, description="bursty: ON rate / OFF rate")
+    trace: str | None = Field(None, description="trace CSV (t_s column or Azure style)")
+    time_scale: float = Field(1.0, gt=0, description="trace: multiply its times by this")
+
+    @model_validator(mode="after")
+    def _trace(self) -> ArrivalSpec:
+        if self.kind == "trace" and not self.trace:
+            raise ValueError("trace: a trace file is required when kind is trace")
+        if self.trace and not Path(self.trace).is_file():
+            raise ValueError(f"trace: file {self.trace!r} does not exist")
+        return self
+
+
+class FunctionSpec(Frozen):
+    """One serverless function."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]*$")
+    module: str = Field(description="built-in (matmul, cnn, textgen, idle) or a .py path")
+    mode: Mode | None = Field(None, description="override the execution mode identifier")
+    slo_ms: float = Field(1000.0, gt=0, description="p95 latency bound (Gaia: 1000 ms)")
+    request: dict[str, object] = Field(default_factory=dict, description="make_request params")
+    arrivals: ArrivalSpec = ArrivalSpec()
+    node: str | None = Field(None, description="pin to this node (skips placement)")
+
+    @field_validator("module")
+    @classmethod
+    def _module(cls, v: str) -> str:
+        from nodes.functions.workloads import BUILTIN
+
+        if v not in BUILTIN and not Path(v).is_file():
+            raise ValueError(
+                f"module {v!r} is neither a built-in function {BUILTIN} nor an existing .py file"
+            )
+        return v
+
+
+class RuntimeSpec(Frozen):
+    """Gaia's Dynamic Function Runtime thresholds (durations x ``time_scale``)."""
+
+    time_scale: float = Field(1 / 30, gt=0)
+    eval_interval_s: float = Field(60.0, gt=0)
+    window_s: float = Field(1800.0, gt=0)
+    long_window_s: float = Field(30000.0, gt=0)
+    rate_window_s: float = Field(60.0, gt=0)
+    low_rate_window_s: float = Field(1800.0, gt=0)
+    cold_start_wait_s: float = Field(120.0, ge=0)
+    gap_ms: float | None = Field(None, ge=0, description="None: 0.2 x the function's SLO")
+    low_rate_upper_bound_ms: float | None = Field(None, gt=0, description="None: 2 x SLO")
+    lock_gpu_ms: float | None = Field(None, gt=0, description="None: 100 x SLO")
+    low_rate_rps: float = Field(0.01, ge=0)
+    too_low_rps: float = Field(0.2, ge=0)
+
+
+class FunctionsSpec(Frozen):
+    """The serverless workload: functions, load, placement policy and runtime."""
+
+    policy: Literal["static-cpu", "static-gpu", "gaia", "gaia-link"] = "gaia"
+    duration_s: float = Field(60.0, gt=0, description="load duration per run")
+    origin: Literal["edge", "fog", "cloud", "space"] = Field(
+        "edge", description="tier the requests come from (picks the default links)"
+    )
+    gpu: Literal["auto", "emulated", "cuda"] = Field(
+        "auto", description="auto: real CUDA where present, else the emulated GPU backend"
+    )
+    functions: list[FunctionSpec] = Field(min_length=1)
+    runtime: RuntimeSpec = RuntimeSpec()
+
+    @model_validator(mode="after")
+    def _unique(self) -> FunctionsSpec:
+        names = [f.name for f in self.functions]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"functions: duplicate function names {dup}")
+        return self

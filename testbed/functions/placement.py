@@ -1,0 +1,266 @@
+"""Placement across the continuum: which node runs which function, on which backend.
+
+A policy sees every node (tier, device profile, the link from the request origin, GPU
+slots) and every function (execution mode, SLO, a cost measured on this host at the
+start of the run) and returns a :class:`Placement` per function. Policies are
+registered by name:
+
+- ``static-cpu``: every function on a CPU backend, on the node with the lowest
+  estimated end-to-end latency (link + CPU time). No runtime switching.
+- ``static-gpu``: every function on a GPU backend (the idle one too), on the GPU node
+  with the lowest estimate that has a free slot. No runtime switching.
+- ``gaia``: Gaia's deploy-time rule plus its dynamic runtime: the execution mode
+  decides the initial backend (``gpu``/``gpu_preferred`` -> GPU, else CPU). Gaia
+  schedules inside one cluster and does not weigh the network, so the node is the one
+  with the fastest GPU (free slot) for GPU-capable modes, the fastest CPU for ``cpu``.
+- ``gaia-link`` (ours): Gaia's modes and runtime, but the node minimises the estimated
+  end-to-end latency *including the link* from the origin (propagation both ways and
+  the payload's transfer time); a ``cpu_preferred`` function goes where its CPU meets
+  the SLO, else where a free GPU would. Its runtime judges the SLO on the end-to-end
+  latency the user sees; Gaia's judges the server-side latency (its activator metric).
+
+Estimates (all modelled, from the profile and the measured host cost)::
+
+    link_ms    = 2 * latency_ms + (request + response bytes) * 8 / bandwidth
+    cpu_ms     = wait + cpu / cpu_speed_factor
+    gpu_ms     = wait + cpu / gpu_speedup + gpu_overhead_ms
+    estimate   = link_ms + service / (1 - rate * service)      (M/M/1 mean response)
+
+and the SLO check of ``gaia-link`` uses the M/M/1 p95 (``ln 20`` x the mean).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from testbed.spec.catalog import DeviceProfile
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A function's cost on this host, measured at the start of the run."""
+
+    wall_s: float
+    cpu_s: float
+    request_bytes: int
+    response_bytes: int
+
+    @property
+    def wait_s(self) -> float:
+        return max(0.0, self.wall_s - self.cpu_s)
+
+
+@dataclass
+class Site:
+    """A node as placement sees it."""
+
+    name: str
+    tier: str
+    profile: DeviceProfile
+    latency_ms: float  # one way, origin -> node
+    bandwidth_mbps: float | None
+    gpu_slots_free: int = 0
+
+    def link_ms(self, cost: Cost) -> float:
+        transfer = 0.0
+        if self.bandwidth_mbps:
+            transfer = (cost.request_bytes + cost.response_bytes) * 8 / (self.bandwidth_mbps * 1e3)
+        return 2 * self.latency_ms + transfer
+
+    def gpu_speedup(self, host_gflops: float) -> float | None:
+        p = self.profile
+        if not p.has_gpu:
+            return None
+        return p.gpu_fp32_tflops * 1e3 * p.gpu_efficiency / host_gflops
+
+    def service_ms(self, cost: Cost, backend: str, host_gflops: float) -> float | None:
+        if backend == "cpu":
+            return (cost.wait_s + cost.cpu_s / self.profile.cpu_speed_factor) * 1e3
+        speedup = self.gpu_speedup(host_gflops)
+        if speedup is None:
+            return None
+        return (cost.wait_s + cost.cpu_s / speedup) * 1e3 + self.profile.gpu_overhead_ms
+
+    def estimate_ms(
+        self, cost: Cost, backend: str, host_gflops: float, rate_rps: float = 0.0, q: float = 1.0
+    ) -> float | None:
+        """Link + response time at ``rate_rps`` (M/M/1: service / (1 - load)).
+
+        ``q`` scales the queueing response to a percentile (M/M/1: p95 = ln 20 x mean).
+        A backend the load would saturate is ``inf``.
+        """
+        s = self.service_ms(cost, backend, host_gflops)
+        if s is None:
+            return None
+        load = rate_rps * s / 1e3
+        return self.link_ms(cost) + (q * s / (1.0 - load) if load < 1.0 else float("inf"))
+
+
+@dataclass(frozen=True)
+class Job:
+    """A function to place."""
+
+    name: str
+    mode: str
+    slo_ms: float
+    cost: Cost
+    rate_rps: float = 0.0
+    pinned: str | None = None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a function runs, how it starts, and whether the runtime may move it."""
+
+    node: str
+    backend: str  # cpu | gpu
+    dynamic: bool
+    estimate_ms: float | None
+    reason: str
+    estimates: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    observe: str = "server"  # the latency the runtime judges: server (Gaia) | e2e (ours)
+
+
+P95_FACTOR = 2.996  # ln(20): p95 / mean of an exponential response time
+
+Policy = Callable[[list[Job], list[Site], float], dict[str, Placement]]
+POLICIES: dict[str, Policy] = {}
+
+
+def policy(name: str) -> Callable[[Policy], Policy]:
+    """Register a placement policy under ``name``."""
+
+    def deco(fn: Policy) -> Policy:
+        POLICIES[name] = fn
+        return fn
+
+    return deco
+
+
+def place(policy_name: str, jobs: list[Job], sites: list[Site], host_gflops: float):
+    """Run the policy ``policy_name``; returns ``{function: Placement}``."""
+    if policy_name not in POLICIES:
+        raise ValueError(
+            f"workload.functions.policy: unknown policy {policy_name!r}; "
+            f"choose one of {sorted(POLICIES)}"
+        )
+    return POLICIES[policy_name](jobs, sites, host_gflops)
+
+
+def _estimates(job: Job, sites: list[Site], g: float) -> dict[str, dict[str, float | None]]:
+    return {
+        s.name: {b: s.estimate_ms(job.cost, b, g, job.rate_rps) for b in ("cpu", "gpu")}
+        for s in sites
+    }
+
+
+def _candidates(job: Job, sites: list[Site]) -> list[Site]:
+    return [s for s in sites if s.name == job.pinned] if job.pinned else sites
+
+
+def _best(
+    job: Job, sites: list[Site], backend: str, g: float, need_slot: bool
+) -> tuple[Site, float] | None:
+    scored = [
+        (s.estimate_ms(job.cost, backend, g, job.rate_rps), i, s)
+        for i, s in enumerate(_candidates(job, sites))
+        if backend == "cpu" or (s.gpu_speedup(g) and (s.gpu_slots_free > 0 or not need_slot))
+    ]
+    scored = [x for x in scored if x[0] is not None]
+    if not scored:
+        return None
+    est, _i, site = min(scored)
+    return site, est
+
+
+def _take(site: Site) -> None:
+    site.gpu_slots_free -= 1
+
+
+@policy("static-cpu")
+def static_cpu(jobs: list[Job], sites: list[Site], g: float) -> dict[str, Placement]:
+    out = {}
+    for job in jobs:
+        site, est = _best(job, sites, "cpu", g, False)
+        why = f"lowest link + CPU estimate ({est:.1f} ms)"
+        out[job.name] = Placement(site.name, "cpu", False, est, why, _estimates(job, sites, g))
+    return out
+
+
+@policy("static-gpu")
+def static_gpu(jobs: list[Job], sites: list[Site], g: float) -> dict[str, Placement]:
+    out = {}
+    for job in jobs:
+        best = _best(job, sites, "gpu", g, True)
+        ests = _estimates(job, sites, g)
+        if best is None:
+            site, est = _best(job, sites, "cpu", g, False)
+            why = "no GPU slot left: CPU"
+            out[job.name] = Placement(site.name, "cpu", False, est, why, ests)
+            continue
+        site, est = best
+        _take(site)
+        why = f"lowest link + GPU estimate with a free slot ({est:.1f} ms)"
+        out[job.name] = Placement(site.name, "gpu", False, est, why, ests)
+    return out
+
+
+def _initial_backend(mode: str) -> str:
+    return "gpu" if mode in ("gpu", "gpu_preferred") else "cpu"
+
+
+@policy("gaia")
+def gaia(jobs: list[Job], sites: list[Site], g: float) -> dict[str, Placement]:
+    out = {}
+    for job in jobs:
+        backend = _initial_backend(job.mode)
+        cands = _candidates(job, sites)
+        gpus = [s for s in cands if s.gpu_speedup(g) and s.gpu_slots_free > 0]
+        if job.mode != "cpu" and gpus:
+            site = max(gpus, key=lambda s: s.profile.gpu_fp32_tflops)
+            why = f"mode {job.mode}: fastest GPU ({site.profile.accelerator}); links not weighed"
+        else:
+            site = max(cands, key=lambda s: s.profile.cpu_speed_factor)
+            why = f"mode {job.mode}: fastest CPU; links not weighed"
+            backend = "cpu"  # a cpu function, or no GPU slot left
+        if backend == "gpu":
+            _take(site)
+        est = site.estimate_ms(job.cost, backend, g, job.rate_rps)
+        dyn = job.mode in ("cpu_preferred", "gpu_preferred")
+        out[job.name] = Placement(site.name, backend, dyn, est, why, _estimates(job, sites, g))
+    return out
+
+
+@policy("gaia-link")
+def gaia_link(jobs: list[Job], sites: list[Site], g: float) -> dict[str, Placement]:
+    out = {}
+    for job in jobs:
+        ests = _estimates(job, sites, g)
+        dyn = job.mode in ("cpu_preferred", "gpu_preferred")
+        backend = _initial_backend(job.mode)
+        if job.mode == "cpu_preferred":
+            scored = []
+            for i, s in enumerate(_candidates(job, sites)):
+                cpu = s.estimate_ms(job.cost, "cpu", g, job.rate_rps)
+                cpu95 = s.estimate_ms(job.cost, "cpu", g, job.rate_rps, P95_FACTOR)
+                gpu = s.estimate_ms(job.cost, "gpu", g, job.rate_rps)
+                score = cpu if cpu95 <= job.slo_ms or gpu is None or not s.gpu_slots_free else gpu
+                scored.append((score, i, s))
+            score, _i, site = min(scored)
+            est = site.estimate_ms(job.cost, "cpu", g, job.rate_rps)
+            why = (
+                "cpu_preferred: lowest link + CPU, or link + GPU where the CPU's p95 "
+                f"estimate misses the SLO ({score:.1f} ms)"
+            )
+        else:
+            best = _best(job, sites, backend, g, True)
+            if best is None:  # no GPU slot: start on CPU
+                backend = "cpu"
+                best = _best(job, sites, "cpu", g, False)
+            site, est = best
+            if backend == "gpu":
+                _take(site)
+            why = f"mode {job.mode}: lowest link + {backend.upper()} estimate ({est:.1f} ms)"
+        out[job.name] = Placement(site.name, backend, dyn, est, why, ests, observe="e2e")
+    return out

@@ -1,0 +1,93 @@
+"""End to end on the local backend: two functions, real node runtimes, links and load."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from nodes.functions.workloads import module_path
+from testbed.runner import run_experiment
+from testbed.spec.loader import parse_spec
+from testbed.store import RunStore
+from tests.conftest import processes_under
+
+
+def spec_yaml(tmp: Path, policy: str) -> str:
+    return f"""\
+name: fn-e2e
+seed: 3
+profiles:
+  orin-fast-start:              # the Orin with a short modelled GPU cold start
+    cpu_speed_factor: 0.55
+    gpu_fp32_tflops: 1.28
+    gpu_cold_start_s: 0.3
+fleet:
+  nodes:
+    - {{id: edge, tier: edge, profile: orin-fast-start}}
+    - {{id: cloud, tier: cloud, profile: cloud-gpu}}
+links:
+  defaults:
+    edge-edge: {{latency_ms: 1}}
+    edge-cloud: {{latency_ms: 25}}
+workload:
+  functions:
+    policy: {policy}
+    duration_s: 14
+    runtime: {{time_scale: 0.008}}    # evaluate every 0.48 s, 1 s cold-start wait
+    functions:
+      - name: mm
+        module: matmul
+        slo_ms: 3                      # the CPU cannot meet it: promotion expected
+        request: {{n: 384}}
+        arrivals: {{kind: poisson, rate_rps: 8}}
+      - name: idle
+        module: {tmp / "idle_fn.py"}
+        slo_ms: 100
+        request: {{wait_ms: 5}}
+        arrivals: {{kind: bursty, rate_rps: 5}}
+"""
+
+
+def test_two_functions_gaia_link_promotes_the_accelerable_one_only(tmp_path: Path) -> None:
+    shutil.copy(module_path("idle"), tmp_path / "idle_fn.py")
+    store = RunStore(tmp_path / "runs")
+    res = run_experiment(parse_spec(spec_yaml(tmp_path, "gaia-link")), store, spec_path="inline")
+    assert res.status == "completed", res.summary
+    s = res.summary
+    mm, idle = s["functions"]["mm"], s["functions"]["idle"]
+    assert mm["mode"] == "cpu_preferred" and idle["mode"] == "cpu"
+    assert mm["node"] == "edge" and idle["node"] == "edge"  # both near the origin
+    assert mm["requests"] > 40 and idle["requests"] > 20
+    assert s["requests_failed"] == 0
+
+    db = store._db
+    tags = [
+        (node, json.loads(t))
+        for node, t in db.execute(
+            "SELECT node, tags FROM metrics WHERE run_id=? AND name='e2e_ms'", (res.run_id,)
+        )
+    ]
+    # the runtime promoted mm (case 2) and later requests ran on the emulated GPU
+    decisions = db.execute(
+        "SELECT node, value, tags FROM metrics WHERE run_id=? AND name='mode_decision'",
+        (res.run_id,),
+    ).fetchall()
+    promoted = [d for d in decisions if d[0] == "mm" and d[1] == 1.0 and "gpu_preferred" in d[2]]
+    assert promoted, decisions
+    mm_backends = {t["backend"] for n, t in tags if n == "mm"}
+    assert mm_backends == {"cpu", "gpu-emulated"}
+    assert {t["timing"] for n, t in tags if n == "mm" and t["backend"] == "gpu-emulated"} == {
+        "modelled"
+    }
+    assert mm["switches"] >= 1 and mm["gpu_seconds"] > 0
+    # the idle function never holds a GPU
+    assert {t["backend"] for n, t in tags if n == "idle"} == {"cpu"}
+    assert idle["gpu_seconds"] == 0 and idle["switches"] == 0
+    assert not any(d[0] == "idle" for d in decisions)
+    # the emulated GPU is labelled as such
+    assert s["gpu_timing"].startswith("emulated")
+    # link latency is in the end-to-end figure: >= 2 x 1 ms, and the idle wait of 5 ms
+    assert min(t["network_ms"] for n, t in tags) >= 1.5
+    assert idle["p50_ms"] >= 5.0
+    assert processes_under(tmp_path) == []

@@ -296,6 +296,10 @@ def plots(figs: list[RunFigures], out: Path) -> list[str]:
 
 def write_report(store: RunStore, sweep_id: str, out: Path) -> tuple[Path, Path]:
     """Write ``report.md`` and ``report.html`` (with PNGs) for a sweep into ``out``."""
+    if any("functions" in r.summary_dict for r in store.runs(sweep_id)):
+        from testbed.functions.report import write_functions_report
+
+        return write_functions_report(store, sweep_id, out)
     figs = load_sweep(store, sweep_id)
     if not figs:
         raise ValueError(f"sweep {sweep_id!r}: no completed runs in {store.path}")

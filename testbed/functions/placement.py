@@ -16,7 +16,8 @@ registered by name:
 - ``gaia-link`` (ours): Gaia's modes and runtime, but the node minimises the estimated
   end-to-end latency *including the link* from the origin (propagation both ways and
   the payload's transfer time); a ``cpu_preferred`` function goes where its CPU meets
-  the SLO, else where a free GPU would. Its runtime judges the SLO on the end-to-end
+  the SLO, else where a free GPU would (that GPU slot is then planned for it, so two
+  functions are not placed for the same slot). Its runtime judges the SLO on the end-to-end
   latency the user sees; Gaia's judges the server-side latency (its activator metric).
 
 Estimates (all modelled, from the profile and the measured host cost)::
@@ -249,10 +250,16 @@ def gaia_link(jobs: list[Job], sites: list[Site], g: float) -> dict[str, Placeme
                 scored.append((score, i, s))
             score, _i, site = min(scored)
             est = site.estimate_ms(job.cost, "cpu", g, job.rate_rps)
-            why = (
-                "cpu_preferred: lowest link + CPU, or link + GPU where the CPU's p95 "
-                f"estimate misses the SLO ({score:.1f} ms)"
-            )
+            if score != est:  # placed for its GPU: plan the slot for the promotion
+                _take(site)
+                why = (
+                    f"cpu_preferred: the CPU's p95 estimate misses the SLO; nearest free GPU "
+                    f"(link + GPU {score:.1f} ms), starts on the CPU"
+                )
+            elif site.estimate_ms(job.cost, "cpu", g, job.rate_rps, P95_FACTOR) <= job.slo_ms:
+                why = f"cpu_preferred: lowest link + CPU that meets the SLO ({est:.1f} ms)"
+            else:
+                why = f"cpu_preferred: no free GPU helps; lowest link + CPU ({est:.1f} ms)"
         else:
             best = _best(job, sites, backend, g, True)
             if best is None:  # no GPU slot: start on CPU

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from nodes.functions.workloads import module_path
+from testbed.report import write_report
 from testbed.runner import run_experiment
 from testbed.spec.loader import parse_spec
 from testbed.store import RunStore
@@ -52,7 +53,8 @@ workload:
 def test_two_functions_gaia_link_promotes_the_accelerable_one_only(tmp_path: Path) -> None:
     shutil.copy(module_path("idle"), tmp_path / "idle_fn.py")
     store = RunStore(tmp_path / "runs")
-    res = run_experiment(parse_spec(spec_yaml(tmp_path, "gaia-link")), store, spec_path="inline")
+    exp = parse_spec(spec_yaml(tmp_path, "gaia-link"))
+    res = run_experiment(exp, store, spec_path="inline", sweep_id="fn-sweep")
     assert res.status == "completed", res.summary
     s = res.summary
     mm, idle = s["functions"]["mm"], s["functions"]["idle"]
@@ -91,3 +93,9 @@ def test_two_functions_gaia_link_promotes_the_accelerable_one_only(tmp_path: Pat
     assert min(t["network_ms"] for n, t in tags) >= 1.5
     assert idle["p50_ms"] >= 5.0
     assert processes_under(tmp_path) == []
+    # the sweep report: table, notes on labels, plots
+    md, page = write_report(store, "fn-sweep", tmp_path / "report")
+    text = md.read_text()
+    assert "| gaia-link | mm | edge (edge) | cpu_preferred | cpu -> gpu-emulated |" in text
+    assert "emulated (modelled from profile)" in text and "idle 0.0 GPU-s" in text
+    assert (tmp_path / "report" / "timeline.png").stat().st_size > 5000

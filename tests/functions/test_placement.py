@@ -99,3 +99,14 @@ def test_estimates_include_queueing_and_saturation() -> None:
 def test_a_pinned_function_stays_on_its_node() -> None:
     out = place("gaia-link", [Job("p", "gpu", 100, HEAVY, 1.0, pinned="cloud")], sites(), GFLOPS)
     assert out["p"].node == "cloud" and out["p"].backend == "gpu"
+
+
+def test_gaia_link_does_not_place_two_functions_for_the_same_gpu_slot() -> None:
+    jobs = [Job(f"h{i}", "cpu_preferred", 30, LIGHT, 200.0) for i in range(3)]
+    out = place("gaia-link", jobs, sites(), GFLOPS)
+    # 3.6 ms x 200/s on the Orin's CPU misses 30 ms at p95: h0 is placed for the Orin's
+    # only GPU slot; the others must not count on it (the fog CPU meets the SLO)
+    assert [out[f"h{i}"].node for i in range(3)] == ["edge", "fog", "fog"]
+    assert "nearest free GPU" in out["h0"].reason
+    assert "meets the SLO" in out["h1"].reason and "meets the SLO" in out["h2"].reason
+    assert all(p.backend == "cpu" and p.dynamic for p in out.values())

@@ -273,6 +273,9 @@ class NodeRuntime:
 def make_handler(rt: NodeRuntime) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # headers and body are two writes: with Nagle on, the body waits for the client's
+        # delayed ACK (40 ms on Linux) on every keep-alive request
+        disable_nagle_algorithm = True
 
         def log_message(self, *args: object) -> None:  # quiet
             pass

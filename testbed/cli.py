@@ -74,6 +74,11 @@ def run(
     try:
         items = sweep_items(expand(file, parse_set(set_ or [])))
         get_backend(backend)
+        if backend != "local" and any(it.experiment.workload.functions for it in items):
+            raise ValueError(
+                "--backend: workload.functions runs on the local backend only (node "
+                "function runtimes are local processes); drop --backend or use local"
+            )
     except (SpecError, ValueError) as e:
         raise _fail(str(e)) from None
     if parallel < 1:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from nodes.functions.workloads import module_path
 from testbed.report import write_report
@@ -99,3 +105,37 @@ def test_two_functions_gaia_link_promotes_the_accelerable_one_only(tmp_path: Pat
     assert "| gaia-link | mm | edge (edge) | cpu_preferred | cpu -> gpu-emulated |" in text
     assert "emulated (modelled from profile)" in text and "idle 0.0 GPU-s" in text
     assert (tmp_path / "report" / "timeline.png").stat().st_size > 5000
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_the_recorded_requests_and_stops_every_process(tmp_path: Path) -> None:
+    shutil.copy(module_path("idle"), tmp_path / "idle_fn.py")
+    spec = tmp_path / "fn.yaml"
+    spec.write_text(spec_yaml(tmp_path, "gaia").replace("duration_s: 14", "duration_s: 300"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed", "run", str(spec), "--out", str(tmp_path / "runs")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    db = tmp_path / "runs" / "testbed.db"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if db.exists() and "e2e_ms" in RunStore(tmp_path / "runs").metric_names():
+            break
+        time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("no request recorded in time")
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    store = RunStore(tmp_path / "runs")
+    [run] = store.runs()
+    assert run.status == "interrupted"
+    n = store._db.execute(
+        "SELECT COUNT(*) FROM metrics WHERE run_id=? AND name='e2e_ms'", (run.run_id,)
+    ).fetchone()[0]
+    assert n > 10
+    assert processes_under(tmp_path) == []

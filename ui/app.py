@@ -2,8 +2,8 @@
 
 Every page gets its data from the controller over HTTP (``ui/client.py``); set
 ``TESTBED_CONTROLLER_URL`` (default http://127.0.0.1:8000) and ``TESTBED_TOKEN`` if the
-controller wants one. ``testbed up`` starts both. The Radio and Compression pages show
-only when the store holds runs of those workloads.
+controller wants one. ``testbed up`` starts both. The Radio, Compression and Functions
+pages show only when the store holds runs of those workloads.
 """
 
 import streamlit as st
@@ -37,6 +37,15 @@ if "compress" in workloads:
             title="Compression",
             icon=":material/compress:",
             url_path="compression",
+        )
+    )
+if "functions" in workloads:
+    pages.append(
+        st.Page(
+            "screens/functions.py",
+            title="Functions",
+            icon=":material/function:",
+            url_path="functions",
         )
     )
 st.navigation(pages).run()

@@ -226,7 +226,8 @@ class Controller:
     @staticmethod
     def _workload_kind(spec: dict[str, Any]) -> str | None:
         w = spec.get("workload") or {}
-        return next((k for k in ("fl", "semantic_mux", "compress") if w.get(k)), None)
+        kinds = ("fl", "semantic_mux", "compress", "functions")
+        return next((k for k in kinds if w.get(k)), None)
 
     def plan_of(self, run: RunRow) -> Plan:
         """The run's plan, from the resolved spec it snapshotted."""

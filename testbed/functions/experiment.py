@@ -335,7 +335,7 @@ def run_functions(
                     "node": fn.name,
                     "tags": {
                         "backend": cold[fn.name]["backend"],
-                        "node": pl.node,
+                        "site": pl.node,
                         "phase": "deploy",
                     },
                 }
@@ -345,7 +345,7 @@ def run_functions(
                     "name": "on_gpu",
                     "value": float(pl.backend == "gpu"),
                     "node": fn.name,
-                    "tags": {"node": pl.node, "reason": "placement: " + pl.reason},
+                    "tags": {"site": pl.node, "reason": "placement: " + pl.reason},
                 }
             )
 
@@ -442,7 +442,7 @@ def run_functions(
                                 "timing": res["timing"],
                                 "server_ms": res["server_ms"],
                                 "network_ms": network_ms,
-                                "node": placements[fn.name].node,
+                                "site": placements[fn.name].node,
                                 "error": res["error"],
                             },
                         }
@@ -456,7 +456,7 @@ def run_functions(
                 pending_switch.pop(name, None)
                 if backend == "cpu":
                     slots_used[node] -= 1
-                tags = {"node": node, "backend": backend}
+                tags = {"site": node, "backend": backend}
                 if err:
                     report(
                         {
@@ -508,7 +508,7 @@ def run_functions(
                             "name": "on_gpu",
                             "value": float(target == "gpu"),
                             "node": name,
-                            "tags": {"node": node, "reason": d.reason},
+                            "tags": {"site": node, "reason": d.reason},
                         }
                     )
                     if target == "gpu":

@@ -217,8 +217,10 @@ class NodeRuntime:
         if b.kind == "gpu":
             ovh = float(self.profile.get("gpu_overhead_ms", 0.0)) / 1000.0
             return wait_s + cpu_s / self.gpu_speedup + ovh, "modelled"
-        service = wait_s + cpu_s / float(self.profile.get("cpu_speed_factor", 1.0))
-        return service, "stretched" if service >= wall_s else "modelled"
+        speed = float(self.profile.get("cpu_speed_factor", 1.0))
+        # a device no faster than this host is emulated by waiting (wall = device time, up to
+        # host contention); a faster one only on the virtual clock
+        return wait_s + cpu_s / speed, "stretched" if speed <= 1.0 else "modelled"
 
     def invoke(self, name: str, request: dict, t_arrival: float) -> dict:
         fn = self.functions.get(name)

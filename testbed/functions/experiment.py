@@ -388,6 +388,8 @@ def run_functions(
         pending_switch: dict[str, threading.Thread] = {}
         switch_done: queue.Queue = queue.Queue()
         lat: dict[str, list[float]] = {fn.name: [] for fn in fns}
+        backends_seen: set[str] = set()
+        timings: dict[str, set[str]] = {fn.name: set() for fn in fns}
         counts = {"ok": 0, "error": 0}
         total = len(events)
         th_eval = spec.runtime.eval_interval_s * spec.runtime.time_scale
@@ -430,6 +432,8 @@ def run_functions(
                     network_ms = wall * 1e3 - res["server_wall_ms"]
                     e2e = network_ms + res["server_ms"]
                     lat[fn.name].append(e2e)
+                    backends_seen.add(res["backend"])
+                    timings[fn.name].add(f"{res['backend']}: {res['timing']}")
                     report(
                         {
                             "name": "e2e_ms",
@@ -551,6 +555,7 @@ def run_functions(
             "slo_violations": int(sum(x > fn.slo_ms for x in v)),
             "slo_violation_pct": 100.0 * sum(x > fn.slo_ms for x in v) / max(1, len(v)),
             "gpu_seconds": st["gpu_seconds"],
+            "timing": sorted(timings[fn.name]),
             "switches": sum(d.applied for d in rt.decisions) if rt else 0,
             "cold_starts": st["cold_starts"],
             "host_cost_ms": {
@@ -558,15 +563,15 @@ def run_functions(
                 "cpu": cal[fn.name]["cpu_s"] * 1e3,
             },
         }
-    gpu_labels = {n.gpu for n in nodes.values() if n.gpu}
+    gpu_used = {b for b in backends_seen if b.startswith("gpu-")}
     summary = {
         "policy": spec.policy,
         "functions": per_fn,
         "host_gflops": host_gflops,
-        "gpu_backend": sorted(gpu_labels) or None,
+        "gpu_backend": sorted(gpu_used) or None,
         "gpu_timing": "emulated (modelled from profile)"
-        if "emulated" in gpu_labels
-        else ("measured (CUDA)" if gpu_labels else None),
+        if "gpu-emulated" in gpu_used
+        else ("measured (CUDA)" if gpu_used else None),
         "requests_ok": counts["ok"],
         "requests_failed": counts["error"],
         "load_wall_s": wall_load,

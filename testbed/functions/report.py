@@ -34,7 +34,7 @@ def _f(v: float | None, nd: int = 1) -> str:
 
 def table(runs: list[tuple[str, str, dict]]) -> tuple[list[str], list[list[str]]]:
     head = ["policy", "function", "node", "mode", "backend", "requests", "p50 ms", "p95 ms"]
-    head += ["SLO ms", "SLO miss %", "GPU-s", "switches"]
+    head += ["SLO ms", "SLO miss %", "GPU-s", "switches", "device time"]
     rows = []
     for policy, _rid, s in runs:
         for name, f in s["functions"].items():
@@ -52,6 +52,7 @@ def table(runs: list[tuple[str, str, dict]]) -> tuple[list[str], list[list[str]]
                     _f(f["slo_violation_pct"]),
                     _f(f["gpu_seconds"]),
                     str(f["switches"]),
+                    "; ".join(f.get("timing", [])),
                 ]
             )
     return head, rows

@@ -92,6 +92,7 @@ def test_two_functions_gaia_link_promotes_the_accelerable_one_only(tmp_path: Pat
     # the idle function never holds a GPU
     assert {t["backend"] for n, t in tags if n == "idle"} == {"cpu"}
     assert idle["gpu_seconds"] == 0 and idle["switches"] == 0
+    assert "gpu-emulated: modelled" in mm["timing"] and "cpu: stretched" in idle["timing"]
     assert not any(d[0] == "idle" for d in decisions)
     # the emulated GPU is labelled as such
     assert s["gpu_timing"].startswith("emulated")

@@ -408,12 +408,15 @@ def run_functions(
             except Exception as exc:
                 switch_done.put((name, node, backend, None, f"{type(exc).__name__}: {exc}"))
 
+        give_up_s = spec.duration_s + timeout_s + 60.0  # every request has answered by then
         while counts["ok"] + counts["error"] < total:
             try:
                 item = results.get(timeout=0.1)
             except queue.Empty:
                 item = None
             now = time.monotonic() - t0
+            if item is None and now > give_up_s:
+                break
             if item is not None:
                 status, k, i, t_sched, res, wall = item
                 fn = fns[k]
@@ -574,6 +577,7 @@ def run_functions(
         else ("measured (CUDA)" if gpu_used else None),
         "requests_ok": counts["ok"],
         "requests_failed": counts["error"],
+        "requests_unanswered": total - counts["ok"] - counts["error"],
         "load_wall_s": wall_load,
         "gpu_seconds": sum(f["gpu_seconds"] for f in per_fn.values()),
     }

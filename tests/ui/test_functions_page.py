@@ -163,3 +163,9 @@ def test_functions_page_shows_table_timeline_and_decisions(
     assert "**matmul**: identified `cpu_preferred`, used `cpu_preferred`" in out
     assert "- imports torch: a tensor framework" in out
     assert "- placement: gaia: cpu_preferred starts on the CPU of fog" in out
+
+    # picking again, and again, sticks (the picker is a keyed widget)
+    at.selectbox[0].set_value(live_id).run()
+    assert at.selectbox[0].value == live_id and "no summary yet" in texts(at)
+    at.selectbox[0].set_value(run_id).run()
+    assert at.selectbox[0].value == run_id and "no summary yet" not in texts(at)

@@ -50,8 +50,14 @@ def pick_run(
     if chosen not in by_id:
         running = [r for r in runs if r["status"] == "running"]
         chosen = (running[0] if running and prefer_running else runs[0])["run_id"]
+    # keyed: the widget keeps its identity when ``index`` changes (an unkeyed one would be
+    # rebuilt at the remembered run and drop every second pick)
     picked = st.selectbox(
-        label, ids, index=ids.index(chosen), format_func=lambda r: run_label(by_id[r])
+        label,
+        ids,
+        index=ids.index(chosen),
+        format_func=lambda r: run_label(by_id[r]),
+        key=f"{key}__picker",
     )
     st.session_state[key] = picked
     return picked

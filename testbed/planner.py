@@ -67,11 +67,7 @@ def make_plan(exp: Experiment, seed: int | None = None) -> Plan:
         pname = spec.profile if isinstance(spec.profile, str) else f"{spec.id}-inline"
         for name in spec.names():
             role = spec.fl_role
-            link = (
-                exp.links.nodes.get(name)
-                or exp.links.nodes.get(spec.id)
-                or exp.links.for_pair(spec.tier, server_tier)
-            )
+            link = exp.links.for_node(name, spec, server_tier)
             nodes.append(
                 PlannedNode(
                     name, spec.tier, role, pname, prof, pid if role == "client" else None, link

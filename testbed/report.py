@@ -305,31 +305,41 @@ def write_report(store: RunStore, sweep_id: str, out: Path) -> tuple[Path, Path]
         raise ValueError(f"sweep {sweep_id!r}: no completed runs in {store.path}")
     out.mkdir(parents=True, exist_ok=True)
     head, rows = summarize(figs)
-    pngs = plots(figs, out)
-    md = [
-        f"# Sweep report: {sweep_id}",
-        "",
-        f"{len(figs)} completed runs; all figures measured on this testbed "
-        "(mean ± std over seeds).",
-        "",
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
-    ]
-    md += ["| " + " | ".join(r) + " |" for r in rows]
-    md += [""] + [f"![{p}]({p})" for p in pngs]
-    (out / "report.md").write_text("\n".join(md) + "\n")
-    cells = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows
+    intro = (
+        f"{len(figs)} completed runs; all figures measured on this testbed (mean ± std over seeds)."
     )
+    return write_pages(
+        out, f"Sweep report: {sweep_id}", intro, [(None, head, rows)], plots(figs, out)
+    )
+
+
+Section = tuple[str | None, list[str], list[list[str]]]  # (heading, column heads, rows)
+
+
+def write_pages(
+    out: Path, title: str, intro: str, sections: list[Section], pngs: list[str]
+) -> tuple[Path, Path]:
+    """Write ``report.md`` and ``report.html``: title, intro, tables, then the plots."""
+    md = [f"# {title}", "", intro]
     page = (
-        f"<!doctype html><meta charset='utf-8'><title>{html.escape(sweep_id)}</title>"
+        f"<!doctype html><meta charset='utf-8'><title>{html.escape(title)}</title>"
         "<style>body{font-family:sans-serif;margin:2em}td,th{border:1px solid #ccc;"
         "padding:3px 6px;font-size:13px}table{border-collapse:collapse}</style>"
-        f"<h1>Sweep report: {html.escape(sweep_id)}</h1><p>{len(figs)} completed runs; "
-        "all figures measured (mean ± std over seeds).</p><table><tr>"
-        + "".join(f"<th>{html.escape(h)}</th>" for h in head)
-        + f"</tr>{cells}</table>"
-        + "".join(f"<p><img src='{p}'></p>" for p in pngs)
+        f"<h1>{html.escape(title)}</h1><p>{html.escape(intro)}</p>"
     )
+    for heading, head, rows in sections:
+        if heading:
+            md += ["", f"## {heading}"]
+            page += f"<h2>{html.escape(heading)}</h2>"
+        md += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        md += ["| " + " | ".join(r) + " |" for r in rows]
+        page += "<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
+        page += "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows
+        )
+        page += "</table>"
+    md += [""] + [f"![{p}]({p})" for p in pngs]
+    page += "".join(f"<p><img src='{p}'></p>" for p in pngs)
+    (out / "report.md").write_text("\n".join(md) + "\n")
     (out / "report.html").write_text(page)
     return out / "report.md", out / "report.html"

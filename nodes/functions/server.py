@@ -50,6 +50,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from nodes.functions.worker import worker_env
+
 
 class BackendError(RuntimeError):
     """A backend failed to start or died."""
@@ -87,7 +89,10 @@ class Backend:
         if self.stopped is None:
             self.stopped = time.monotonic()
         if self.proc.poll() is None:
-            self.proc.stdin.close()
+            try:
+                self.proc.stdin.close()  # the worker exits at end of input
+            except BrokenPipeError:  # it is already going (its group got SIGTERM)
+                pass
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -156,9 +161,8 @@ class NodeRuntime:
         if warmup is not None:
             cmd += ["--warmup", json.dumps(warmup)]
         t0 = time.monotonic()
-        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=worker_env()
         )
         b = Backend(kind, label, proc, started=t0)
         line = proc.stdout.readline()

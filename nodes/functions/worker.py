@@ -28,6 +28,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -55,6 +56,16 @@ def runqueue_wait_s() -> float:
         return int(Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
     except (OSError, IndexError, ValueError):
         return 0.0
+
+
+def worker_env() -> dict[str, str]:
+    """Environment of a worker process: one math-library thread (see ``cpu_s``)."""
+    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
+def request_maker(mod: ModuleType) -> Callable[[dict, int], dict]:
+    """The module's ``make_request(params, i)``; by default the params themselves."""
+    return getattr(mod, "make_request", lambda params, _i: dict(params))
 
 
 def timed_call(mod: ModuleType, request: dict) -> dict:
@@ -104,7 +115,7 @@ def calibrate(path: str, params: dict, n: int) -> dict:
     if callable(getattr(mod, "load", None)):
         mod.load("cpu")
     load_s = time.perf_counter() - t0
-    make = getattr(mod, "make_request", lambda p, i: dict(p))
+    make = request_maker(mod)
     mod.handler(make(params, 0))
     calls = [timed_call(mod, make(params, i + 1)) for i in range(n)]
     errors = [c["error"] for c in calls if c["error"]]

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import queue
 import subprocess
 import sys
@@ -44,13 +43,14 @@ from typing import Any
 
 import numpy as np
 
-from nodes.functions.identifier import identify_file
-from nodes.functions.worker import import_function
+from nodes.functions.identifier import MODES, identify_file
+from nodes.functions.worker import import_function, request_maker, worker_env
 from nodes.functions.workloads import module_path
 from testbed.functions.arrivals import make_arrivals
 from testbed.functions.config import FunctionSpec, FunctionsSpec, RuntimeSpec
 from testbed.functions.placement import Cost, Job, Placement, Site, place
 from testbed.functions.runtime import DynamicRuntime, RuntimeThresholds
+from testbed.procs import ProcGroup
 from testbed.spec.models import Experiment, LinkSpec
 
 START_TIMEOUT_S = 60.0
@@ -79,8 +79,7 @@ def calibrate(path: Path, params: dict, n: int = 5) -> dict[str, float]:
     """Measure a function on this host in a fresh process (see ``worker --calibrate``)."""
     cmd = [sys.executable, "-m", "nodes.functions.worker", "--module", str(path)]
     cmd += ["--calibrate", str(n), "--params", json.dumps(params)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=worker_env())
     if out.returncode != 0:
         raise RuntimeError(f"calibrating {path} failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -88,43 +87,47 @@ def calibrate(path: Path, params: dict, n: int = 5) -> dict[str, float]:
 
 def origin_links(exp: Experiment, origin: str) -> dict[str, tuple[str, Any, LinkSpec]]:
     """``{node: (tier, profile, link from the origin)}`` for every node of the fleet."""
-    out = {}
-    for spec in exp.fleet.nodes:
-        for name in spec.names():
-            link = (
-                exp.links.nodes.get(name)
-                or exp.links.nodes.get(spec.id)
-                or exp.links.for_pair(origin, spec.tier)
-            )
-            out[name] = (spec.tier, exp.profile_of(spec), link)
-    return out
+    return {
+        name: (spec.tier, exp.profile_of(spec), exp.links.for_node(name, spec, origin))
+        for spec in exp.fleet.nodes
+        for name in spec.names()
+    }
 
 
 @dataclass
 class NodeProc:
     name: str
-    proc: subprocess.Popen
-    port: int
+    port: int  # the runtime itself (control plane)
     gpu: str | None
     proxy: Any  # ShapingProxy | None
-    invoke_port: int
+    invoke_port: int  # where requests go: the link's proxy (or the runtime if links are off)
+
+
+def _exchange(
+    conn: http.client.HTTPConnection, method: str, path: str, body: bytes
+) -> tuple[dict, float]:
+    """One JSON request on ``conn``; returns the reply and its wall time (s)."""
+    t = time.monotonic()
+    conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    data = resp.read()
+    wall = time.monotonic() - t
+    if resp.status != 200:
+        raise RuntimeError(f"{method} {path} -> HTTP {resp.status}: {data[:200]!r}")
+    return json.loads(data or b"{}"), wall
 
 
 def _http(port: int, method: str, path: str, body: dict | None = None, timeout=120.0) -> dict:
+    """A control-plane call on a fresh connection."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
-        data = json.dumps(body or {}).encode()
-        conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        payload = json.loads(resp.read() or b"{}")
-        if resp.status != 200:
-            raise RuntimeError(f"{method} {path} -> {resp.status}: {payload.get('error')}")
-        return payload
+        return _exchange(conn, method, path, json.dumps(body or {}).encode())[0]
     finally:
         conn.close()
 
 
 def start_node(
+    procs: ProcGroup,
     name: str,
     profile: Any,
     link: LinkSpec,
@@ -138,17 +141,15 @@ def start_node(
     from testbed.emulation.proxy import ShapingProxy
 
     port_file = run_dir / "nodes" / f"{name}.port.json"
-    port_file.parent.mkdir(parents=True, exist_ok=True)
-    log = open(run_dir / "nodes" / f"{name}.functions.log", "w")  # noqa: SIM115
+    log = run_dir / "nodes" / f"{name}.functions.log"
     cmd = [sys.executable, "-m", "nodes.functions.server", "--node", name]
     cmd += ["--profile-json", profile.model_dump_json(), "--host-gflops", str(host_gflops)]
     cmd += ["--gpu", gpu, "--port-file", str(port_file)]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = procs.start(name, cmd, log)
     deadline = time.monotonic() + START_TIMEOUT_S
     while not port_file.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"function runtime of node {name} did not start; see {log.name}")
+            raise RuntimeError(f"function runtime of node {name} did not start; see {log}")
         time.sleep(0.05)
     info = json.loads(port_file.read_text())
     proxy, invoke_port = None, info["port"]
@@ -159,19 +160,7 @@ def start_node(
         invoke_port = proxy.start()
         if link.schedule:
             proxy.run_schedule(link.link_schedule(), time.monotonic())
-    return NodeProc(name, proc, info["port"], info["gpu"], proxy, invoke_port)
-
-
-def stop_node(n: NodeProc) -> None:
-    if n.proxy is not None:
-        n.proxy.stop()
-    if n.proc.poll() is None:
-        n.proc.terminate()
-        try:
-            n.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            n.proc.kill()
-            n.proc.wait()
+    return NodeProc(name, info["port"], info["gpu"], proxy, invoke_port)
 
 
 class Client:
@@ -182,18 +171,11 @@ class Client:
 
     def post(self, port: int, path: str, body: bytes, timeout: float) -> tuple[dict, float]:
         conns = self._local.__dict__.setdefault("conns", {})
-        for attempt in (0, 1):
+        for attempt in (0, 1):  # a kept-alive connection the server closed: retry once
             conn = conns.get(port) or http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
             conns[port] = conn
-            t = time.monotonic()
             try:
-                conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
-                resp = conn.getresponse()
-                data = resp.read()
-                wall = time.monotonic() - t
-                if resp.status != 200:
-                    raise RuntimeError(f"HTTP {resp.status}: {data[:200]!r}")
-                return json.loads(data), wall
+                return _exchange(conn, "POST", path, body)
             except (http.client.HTTPException, ConnectionError, OSError):
                 conn.close()
                 conns.pop(port, None)
@@ -218,150 +200,105 @@ def run_functions(
     fns = spec.functions
     sites_info = origin_links(exp, spec.origin)
 
-    # 1. identify
+    def metric(name: str, value: float, fn: str, step: int | None = None, **tags: Any) -> None:
+        report({"name": name, "value": value, "node": fn, "step": step, "tags": tags})
+
+    # 1. identify (the module exists: the spec checked it)
     paths, modes, reasons = {}, {}, {}
-    for i, fn in enumerate(fns):
-        p = module_path(fn.module)
-        if not p.is_file():
-            raise ValueError(
-                f"workload.functions.functions.{i}.module: {fn.module!r} is neither a built-in "
-                f"function (matmul, cnn, textgen, idle) nor an existing file"
-            )
-        paths[fn.name] = p.resolve()
-        decision = identify_file(p)
+    for fn in fns:
+        paths[fn.name] = module_path(fn.module).resolve()
+        decision = identify_file(paths[fn.name])
         modes[fn.name] = fn.mode or decision.mode
         reasons[fn.name] = (["mode set in the YAML"] if fn.mode else []) + list(decision.reasons)
-        report(
-            {
-                "name": "identified_mode",
-                "value": ["cpu", "cpu_preferred", "gpu_preferred", "gpu"].index(decision.mode),
-                "node": fn.name,
-                "tags": {
-                    "mode": decision.mode,
-                    "used": modes[fn.name],
-                    "reasons": decision.reasons,
-                },
-            }
+        metric(
+            "identified_mode",
+            MODES.index(decision.mode),
+            fn.name,
+            mode=decision.mode,
+            used=modes[fn.name],
+            reasons=decision.reasons,
         )
 
     # 2. calibrate
-    costs, cal = {}, {}
+    cal = {}
     for k, fn in enumerate(fns):
         progress(f"calibrating {fn.name}", k / len(fns))
         cal[fn.name] = calibrate(paths[fn.name], dict(fn.request))
-        c = cal[fn.name]
-        costs[fn.name] = Cost(c["wall_s"], c["cpu_s"], c["request_bytes"], c["response_bytes"])
     host_gflops = float(np.median([c["host_gflops"] for c in cal.values()]))
 
-    # 3. place
-    sites = [
-        Site(
-            name,
-            tier,
-            prof,
-            link.latency_ms,
-            link.bandwidth_mbps,
-            prof.gpu_slots if prof.has_gpu else 0,
-        )
-        for name, (tier, prof, link) in sites_info.items()
-    ]
-    arrivals = {}
-    for k, fn in enumerate(fns):
-        a = fn.arrivals
-        arrivals[fn.name] = make_arrivals(
-            a.kind,
-            rate_rps=a.rate_rps,
+    # 3. arrivals, then place (the policies weigh each function's rate)
+    arrivals = {
+        fn.name: make_arrivals(
+            fn.arrivals.kind,
+            rate_rps=fn.arrivals.rate_rps,
             duration_s=spec.duration_s,
             seed=seed * 1000 + k,
-            trace_path=a.trace,
-            burst_factor=a.burst_factor,
-            time_scale=a.time_scale,
+            trace_path=fn.arrivals.trace,
+            burst_factor=fn.arrivals.burst_factor,
+            time_scale=fn.arrivals.time_scale,
         )
-    jobs = [
-        Job(
-            fn.name,
-            modes[fn.name],
-            fn.slo_ms,
-            costs[fn.name],
-            len(arrivals[fn.name]) / spec.duration_s,
-            fn.node,
-        )
-        for fn in fns
+        for k, fn in enumerate(fns)
+    }
+    sites = [
+        Site(name, tier, prof, link.latency_ms, link.bandwidth_mbps, prof.usable_gpu_slots)
+        for name, (tier, prof, link) in sites_info.items()
     ]
+    jobs = []
+    for fn in fns:
+        c = cal[fn.name]
+        cost = Cost(c["wall_s"], c["cpu_s"], c["request_bytes"], c["response_bytes"])
+        rate = len(arrivals[fn.name]) / spec.duration_s
+        jobs.append(Job(fn.name, modes[fn.name], fn.slo_ms, cost, rate, fn.node))
     placements: dict[str, Placement] = place(spec.policy, jobs, sites, host_gflops)
-    slots_used: dict[str, int] = {s.name: 0 for s in sites}
+    slots_free = {name: prof.usable_gpu_slots for name, (_t, prof, _l) in sites_info.items()}
     for pl in placements.values():
-        slots_used[pl.node] += pl.backend == "gpu"
-    slots_total = {s.name: (s.profile.gpu_slots if s.profile.has_gpu else 0) for s in sites}
+        slots_free[pl.node] -= pl.backend == "gpu"
 
+    procs = ProcGroup()
     nodes: dict[str, NodeProc] = {}
     pool = ThreadPoolExecutor(max_workers=48, thread_name_prefix="fn-client")
+    stop = threading.Event()
     try:
         # 4. deploy
         used = sorted({pl.node for pl in placements.values()})
         for k, name in enumerate(used):
             progress(f"starting node {name}", k / len(used))
-            tier, prof, link = sites_info[name]
+            _tier, prof, link = sites_info[name]
             nodes[name] = start_node(
-                name, prof, link, host_gflops, spec.gpu, out_dir, exp.links.mode, seed
+                procs, name, prof, link, host_gflops, spec.gpu, out_dir, exp.links.mode, seed
             )
-        modules = {fn.name: import_function(paths[fn.name]) for fn in fns}
-        makers = {n: getattr(m, "make_request", lambda p, i: dict(p)) for n, m in modules.items()}
-        cold = {}
-        with ThreadPoolExecutor(max_workers=4) as dep:
-            futs = {
-                fn.name: dep.submit(
-                    _http,
-                    nodes[placements[fn.name].node].port,
-                    "POST",
-                    f"/deploy/{fn.name}",
-                    {
-                        "module": str(paths[fn.name]),
-                        "backend": placements[fn.name].backend,
-                        "warmup": makers[fn.name](dict(fn.request), 0),
-                    },
-                    START_TIMEOUT_S * 3,
-                )
-                for fn in fns
-            }
-            for name, fut in futs.items():
-                cold[name] = fut.result()
-        for fn in fns:
-            pl = placements[fn.name]
-            report(
-                {
-                    "name": "cold_start_s",
-                    "value": cold[fn.name]["cold_start_s"],
-                    "node": fn.name,
-                    "tags": {
-                        "backend": cold[fn.name]["backend"],
-                        "site": pl.node,
-                        "phase": "deploy",
-                    },
-                }
-            )
-            report(
-                {
-                    "name": "on_gpu",
-                    "value": float(pl.backend == "gpu"),
-                    "node": fn.name,
-                    "tags": {"site": pl.node, "reason": "placement: " + pl.reason},
-                }
-            )
+        makers = {fn.name: request_maker(import_function(paths[fn.name])) for fn in fns}
 
-        # 5 + 6. load and runtime
+        def deploy(fn: FunctionSpec) -> dict:
+            pl = placements[fn.name]
+            body = {
+                "module": str(paths[fn.name]),
+                "backend": pl.backend,
+                "warmup": makers[fn.name](dict(fn.request), 0),
+            }
+            return _http(nodes[pl.node].port, "POST", f"/deploy/{fn.name}", body,
+                         START_TIMEOUT_S * 3)  # fmt: skip
+
+        with ThreadPoolExecutor(max_workers=4) as dep:
+            cold = dict(zip([fn.name for fn in fns], dep.map(deploy, fns), strict=True))
+        for fn in fns:
+            pl, rec = placements[fn.name], cold[fn.name]
+            metric("cold_start_s", rec["cold_start_s"], fn.name, backend=rec["backend"],
+                   site=pl.node, phase="deploy")  # fmt: skip
+            metric("on_gpu", float(pl.backend == "gpu"), fn.name, site=pl.node,
+                   reason="placement: " + pl.reason)  # fmt: skip
+
+        # 5. load: a scheduler thread submits each arrival to the client pool
         runtimes = {
             fn.name: DynamicRuntime(modes[fn.name], thresholds_for(fn, spec.runtime), 0.0)
             for fn in fns
             if placements[fn.name].dynamic
         }
-        events: list[tuple[float, int, int]] = []
-        for k, fn in enumerate(fns):
-            events += [(float(t), k, i) for i, t in enumerate(arrivals[fn.name])]
-        events.sort()
+        events = sorted(
+            (float(t), k, i) for k, fn in enumerate(fns) for i, t in enumerate(arrivals[fn.name])
+        )
         results: queue.Queue = queue.Queue()
         client = Client()
-        stop = threading.Event()
         timeout_s = max(60.0, 20 * max(f.slo_ms for f in fns) / 1000)
 
         def send(k: int, i: int, t_sched: float) -> None:
@@ -370,9 +307,9 @@ def run_functions(
             body = json.dumps(makers[fn.name](dict(fn.request), i + 1)).encode()
             try:
                 res, wall = client.post(node.invoke_port, f"/invoke/{fn.name}", body, timeout_s)
-                results.put(("ok", k, i, t_sched, res, wall))
+                results.put((k, i, t_sched, res, wall))
             except Exception as exc:  # recorded, never lost
-                results.put(("error", k, i, t_sched, f"{type(exc).__name__}: {exc}", None))
+                results.put((k, i, t_sched, f"{type(exc).__name__}: {exc}", None))
 
         t0 = time.monotonic()
 
@@ -383,155 +320,102 @@ def run_functions(
                     return
                 pool.submit(send, k, i, t)
 
-        sched = threading.Thread(target=schedule, name="fn-load", daemon=True)
-        sched.start()
-        pending_switch: dict[str, threading.Thread] = {}
-        switch_done: queue.Queue = queue.Queue()
+        threading.Thread(target=schedule, name="fn-load", daemon=True).start()
+
         lat: dict[str, list[float]] = {fn.name: [] for fn in fns}
-        backends_seen: set[str] = set()
-        timings: dict[str, set[str]] = {fn.name: set() for fn in fns}
+        timings: dict[str, set[tuple[str, str]]] = {fn.name: set() for fn in fns}
         counts = {"ok": 0, "error": 0}
-        total = len(events)
-        th_eval = spec.runtime.eval_interval_s * spec.runtime.time_scale
-        next_eval = th_eval
 
-        def do_switch(name: str, node: str, backend: str) -> None:
+        def on_response(k: int, i: int, t_sched: float, res: dict | str, wall: float | None):
+            fn = fns[k]
+            if wall is None:  # res is the error
+                counts["error"] += 1
+                metric("request_error", 1.0, fn.name, i, error=res, t_s=t_sched)
+                return
+            counts["ok"] += 1
+            network_ms = wall * 1e3 - res["server_wall_ms"]
+            e2e = network_ms + res["server_ms"]
+            lat[fn.name].append(e2e)
+            timings[fn.name].add((res["backend"], res["timing"]))
+            metric("e2e_ms", e2e, fn.name, i, t_s=t_sched, backend=res["backend"],
+                   timing=res["timing"], server_ms=res["server_ms"], network_ms=network_ms,
+                   site=placements[fn.name].node, error=res["error"])  # fmt: skip
+            rt = runtimes.get(fn.name)
+            if rt is not None and res["backend"].startswith(rt.backend):  # current revision
+                seen = e2e if placements[fn.name].observe == "e2e" else res["server_ms"]
+                rt.observe(time.monotonic() - t0, seen)
+
+        # 6. runtime: every eval interval, Gaia's decisions; a switch runs in a thread
+        pending: set[str] = set()
+        switched: queue.Queue = queue.Queue()
+
+        def switch(name: str, node: str, backend: str) -> None:
             try:
-                rec = _http(
-                    nodes[node].port,
-                    "POST",
-                    f"/switch/{name}",
-                    {"backend": backend},
-                    START_TIMEOUT_S * 3,
-                )
-                switch_done.put((name, node, backend, rec, None))
+                rec = _http(nodes[node].port, "POST", f"/switch/{name}", {"backend": backend},
+                            START_TIMEOUT_S * 3)  # fmt: skip
+                switched.put((name, node, backend, rec, None))
             except Exception as exc:
-                switch_done.put((name, node, backend, None, f"{type(exc).__name__}: {exc}"))
+                switched.put((name, node, backend, None, f"{type(exc).__name__}: {exc}"))
 
+        def on_switched(name: str, node: str, backend: str, rec: dict | None, err: str | None):
+            pending.discard(name)
+            if backend == "cpu":
+                slots_free[node] += 1  # the GPU backend is gone
+            if err:
+                metric("switch_error", 1.0, name, site=node, backend=backend, error=err)
+            else:
+                metric("cold_start_s", rec["cold_start_s"], name, site=node,
+                       backend=rec["backend"], phase="switch")  # fmt: skip
+
+        def evaluate(now: float) -> None:
+            for name, rt in runtimes.items():
+                if name in pending:
+                    continue
+                node = placements[name].node
+                free = slots_free[node] > 0 and nodes[node].gpu is not None
+                d = rt.evaluate(now, gpu_available=free)
+                if d is None:
+                    continue
+                metric("mode_decision", float(d.applied), name, old=d.old, new=d.new,
+                       reason=d.reason, p95_ms=d.p95_ms, rate_rps=d.rate_rps, t_s=now)  # fmt: skip
+                if not d.applied:
+                    continue
+                metric("on_gpu", float(rt.backend == "gpu"), name, site=node, reason=d.reason)
+                slots_free[node] -= rt.backend == "gpu"
+                pending.add(name)
+                threading.Thread(target=switch, args=(name, node, rt.backend), daemon=True).start()
+
+        eval_every = spec.runtime.eval_interval_s * spec.runtime.time_scale
+        next_eval = eval_every
         give_up_s = spec.duration_s + timeout_s + 60.0  # every request has answered by then
-        while counts["ok"] + counts["error"] < total:
+        while counts["ok"] + counts["error"] < len(events):
             try:
-                item = results.get(timeout=0.1)
+                on_response(*results.get(timeout=0.1))
             except queue.Empty:
-                item = None
+                if time.monotonic() - t0 > give_up_s:
+                    break
+            while not switched.empty():
+                on_switched(*switched.get())
             now = time.monotonic() - t0
-            if item is None and now > give_up_s:
-                break
-            if item is not None:
-                status, k, i, t_sched, res, wall = item
-                fn = fns[k]
-                counts[status] += 1
-                if status == "error":
-                    report(
-                        {
-                            "name": "request_error",
-                            "value": 1.0,
-                            "node": fn.name,
-                            "step": i,
-                            "tags": {"error": res, "t_s": t_sched},
-                        }
-                    )
-                else:
-                    network_ms = wall * 1e3 - res["server_wall_ms"]
-                    e2e = network_ms + res["server_ms"]
-                    lat[fn.name].append(e2e)
-                    backends_seen.add(res["backend"])
-                    timings[fn.name].add(f"{res['backend']}: {res['timing']}")
-                    report(
-                        {
-                            "name": "e2e_ms",
-                            "value": e2e,
-                            "node": fn.name,
-                            "step": i,
-                            "tags": {
-                                "t_s": t_sched,
-                                "backend": res["backend"],
-                                "timing": res["timing"],
-                                "server_ms": res["server_ms"],
-                                "network_ms": network_ms,
-                                "site": placements[fn.name].node,
-                                "error": res["error"],
-                            },
-                        }
-                    )
-                    rt = runtimes.get(fn.name)
-                    if rt is not None and res["backend"].startswith(rt.backend):
-                        seen = e2e if placements[fn.name].observe == "e2e" else res["server_ms"]
-                        rt.observe(now, seen)
-            while not switch_done.empty():
-                name, node, backend, rec, err = switch_done.get()
-                pending_switch.pop(name, None)
-                if backend == "cpu":
-                    slots_used[node] -= 1
-                tags = {"site": node, "backend": backend}
-                if err:
-                    report(
-                        {
-                            "name": "switch_error",
-                            "value": 1.0,
-                            "node": name,
-                            "tags": {**tags, "error": err},
-                        }
-                    )
-                else:
-                    report(
-                        {
-                            "name": "cold_start_s",
-                            "value": rec["cold_start_s"],
-                            "node": name,
-                            "tags": {**tags, "backend": rec["backend"], "phase": "switch"},
-                        }
-                    )
             if now >= next_eval:
-                next_eval += th_eval
-                for name, rt in runtimes.items():
-                    if name in pending_switch:
-                        continue
-                    node = placements[name].node
-                    free = slots_used[node] < slots_total[node] and nodes[node].gpu is not None
-                    d = rt.evaluate(now, gpu_available=free)
-                    if d is None:
-                        continue
-                    report(
-                        {
-                            "name": "mode_decision",
-                            "value": float(d.applied),
-                            "node": name,
-                            "tags": {
-                                "old": d.old,
-                                "new": d.new,
-                                "reason": d.reason,
-                                "p95_ms": d.p95_ms,
-                                "rate_rps": d.rate_rps,
-                                "t_s": now,
-                            },
-                        }
-                    )
-                    if not d.applied:
-                        continue
-                    target = rt.backend
-                    report(
-                        {
-                            "name": "on_gpu",
-                            "value": float(target == "gpu"),
-                            "node": name,
-                            "tags": {"site": node, "reason": d.reason},
-                        }
-                    )
-                    if target == "gpu":
-                        slots_used[node] += 1
-                    th = threading.Thread(target=do_switch, args=(name, node, target), daemon=True)
-                    pending_switch[name] = th
-                    th.start()
+                next_eval += eval_every
+                evaluate(now)
                 progress("load", min(1.0, now / spec.duration_s))
-        for th in pending_switch.values():
-            th.join(timeout=START_TIMEOUT_S * 3)
+        deadline = time.monotonic() + START_TIMEOUT_S * 3
+        while pending and time.monotonic() < deadline:  # let started switches finish
+            try:
+                on_switched(*switched.get(timeout=0.5))
+            except queue.Empty:
+                pass
         wall_load = time.monotonic() - t0
         stats = {name: _http(n.port, "GET", "/stats") for name, n in nodes.items()}
     finally:
+        stop.set()
         pool.shutdown(wait=False, cancel_futures=True)
         for n in nodes.values():
-            stop_node(n)
+            if n.proxy is not None:
+                n.proxy.stop()
+        procs.stop_all(timeout_s=15)
 
     # summary
     per_fn = {}
@@ -540,6 +424,7 @@ def run_functions(
         st = stats[pl.node]["functions"][fn.name]
         v = lat[fn.name]
         rt = runtimes.get(fn.name)
+        misses = int(sum(x > fn.slo_ms for x in v))
         per_fn[fn.name] = {
             "node": pl.node,
             "tier": sites_info[pl.node][0],
@@ -555,10 +440,10 @@ def run_functions(
             "p50_ms": percentile(v, 50),
             "p95_ms": percentile(v, 95),
             "slo_ms": fn.slo_ms,
-            "slo_violations": int(sum(x > fn.slo_ms for x in v)),
-            "slo_violation_pct": 100.0 * sum(x > fn.slo_ms for x in v) / max(1, len(v)),
+            "slo_violations": misses,
+            "slo_violation_pct": 100.0 * misses / max(1, len(v)),
             "gpu_seconds": st["gpu_seconds"],
-            "timing": sorted(timings[fn.name]),
+            "timing": sorted(f"{b}: {t}" for b, t in timings[fn.name]),
             "switches": sum(d.applied for d in rt.decisions) if rt else 0,
             "cold_starts": st["cold_starts"],
             "host_cost_ms": {
@@ -566,7 +451,7 @@ def run_functions(
                 "cpu": cal[fn.name]["cpu_s"] * 1e3,
             },
         }
-    gpu_used = {b for b in backends_seen if b.startswith("gpu-")}
+    gpu_used = {b for seen in timings.values() for b, _t in seen if b.startswith("gpu-")}
     summary = {
         "policy": spec.policy,
         "functions": per_fn,
@@ -577,7 +462,7 @@ def run_functions(
         else ("measured (CUDA)" if gpu_used else None),
         "requests_ok": counts["ok"],
         "requests_failed": counts["error"],
-        "requests_unanswered": total - counts["ok"] - counts["error"],
+        "requests_unanswered": len(events) - counts["ok"] - counts["error"],
         "load_wall_s": wall_load,
         "gpu_seconds": sum(f["gpu_seconds"] for f in per_fn.values()),
     }

@@ -8,11 +8,11 @@ over time coloured by backend (the mode timeline) and p95 per function and polic
 
 from __future__ import annotations
 
-import html
 import json
 from pathlib import Path
 from typing import Any
 
+from testbed.report import write_pages
 from testbed.store import RunStore
 
 ORDER = ("static-cpu", "static-gpu", "gaia", "gaia-link")
@@ -136,18 +136,6 @@ def plots(store: RunStore, runs: list[tuple[str, str, dict]], out: Path) -> list
     return files
 
 
-def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + [
-        "| " + " | ".join(r) + " |" for r in rows
-    ]
-
-
-def _html_table(head: list[str], rows: list[list[str]]) -> str:
-    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    trs = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><tr>{th}</tr>{trs}</table>"
-
-
 def write_functions_report(store: RunStore, sweep_id: str, out: Path) -> tuple[Path, Path]:
     """Write the functions report of ``sweep_id`` into ``out``."""
     runs = load(store, sweep_id)
@@ -169,19 +157,8 @@ def write_functions_report(store: RunStore, sweep_id: str, out: Path) -> tuple[P
         f"time. GPU backends: {', '.join(timing)}. Functions with mode `cpu` (GPU-seconds): "
         + "; ".join(idle)
     )
-    md = [f"# Functions report: {sweep_id}", "", note, ""] + _md_table(head, rows)
-    md += ["", "## Latency reduction vs static-cpu (accelerable functions)", ""]
-    md += _md_table(rhead, rrows) + [""] + [f"![{p}]({p})" for p in pngs]
-    (out / "report.md").write_text("\n".join(md) + "\n")
-    page = (
-        f"<!doctype html><meta charset='utf-8'><title>{html.escape(sweep_id)}</title>"
-        "<style>body{font-family:sans-serif;margin:2em}td,th{border:1px solid #ccc;"
-        "padding:3px 6px;font-size:13px}table{border-collapse:collapse}</style>"
-        f"<h1>Functions report: {html.escape(sweep_id)}</h1><p>{html.escape(note)}</p>"
-        + _html_table(head, rows)
-        + "<h2>Latency reduction vs static-cpu</h2>"
-        + _html_table(rhead, rrows)
-        + "".join(f"<p><img src='{p}'></p>" for p in pngs)
-    )
-    (out / "report.html").write_text(page)
-    return out / "report.md", out / "report.html"
+    sections = [
+        (None, head, rows),
+        ("Latency reduction vs static-cpu (accelerable functions)", rhead, rrows),
+    ]
+    return write_pages(out, f"Functions report: {sweep_id}", note, sections, pngs)

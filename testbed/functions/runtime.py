@@ -40,8 +40,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-MODES: tuple[str, ...] = ("cpu", "gpu", "cpu_preferred", "gpu_preferred")
-"""All execution modes a function may have."""
+from nodes.functions.identifier import MODES  # the four execution modes (one definition)
 
 DYNAMIC_MODES: tuple[str, ...] = ("cpu_preferred", "gpu_preferred")
 """The modes the runtime may switch between (plus the final lock to ``gpu``)."""

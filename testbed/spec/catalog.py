@@ -49,6 +49,11 @@ class DeviceProfile(BaseModel):
     def has_gpu(self) -> bool:
         return self.gpu_fp32_tflops is not None and self.gpu_slots > 0
 
+    @property
+    def usable_gpu_slots(self) -> int:
+        """GPU slots functions may hold (0 without a GPU)."""
+        return self.gpu_slots if self.has_gpu else 0
+
 
 CATALOG: dict[str, DeviceProfile] = {
     "host": DeviceProfile(

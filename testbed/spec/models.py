@@ -91,6 +91,13 @@ class LinksSpec(Frozen):
         """Default link between tiers ``a`` and ``b`` (unlimited when not given)."""
         return self.defaults.get(f"{a}-{b}") or self.defaults.get(f"{b}-{a}") or LinkSpec()
 
+    def for_node(self, name: str, node: NodeSpec, peer_tier: str) -> LinkSpec:
+        """Link of node ``name`` (a replica of ``node``) to a peer in ``peer_tier``: the
+        override for the replica, else for the node id, else the tier-pair default."""
+        return (
+            self.nodes.get(name) or self.nodes.get(node.id) or self.for_pair(node.tier, peer_tier)
+        )
+
 
 class NodeSpec(Frozen):
     """One node (or ``count`` replicas named ``id-1 .. id-count``)."""

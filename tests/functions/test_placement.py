@@ -13,7 +13,7 @@ GFLOPS = 100.0  # host single-thread throughput assumed by these unit tests
 def sites() -> list[Site]:
     def site(name: str, tier: str, prof: str, lat: float, bw: float | None) -> Site:
         p = CATALOG[prof]
-        return Site(name, tier, p, lat, bw, p.gpu_slots if p.has_gpu else 0)
+        return Site(name, tier, p, lat, bw, p.usable_gpu_slots)
 
     return [
         site("edge", "edge", "jetson-orin-nano", 1.0, 1000),

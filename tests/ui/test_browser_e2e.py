@@ -161,14 +161,16 @@ def test_dashboard_end_to_end(controller: Controller, dashboard: str) -> None:
             fresh.goto(f"{dashboard}/{name}")
             loads[name] = wait_text(fresh, ready, 30) - t0
             fresh.close()
-        # 5. a second run (2 clients, 4 rounds): crash edge-2 from the Chaos page
-        launch_from_ui(tab_b, dashboard, "tiny.yaml", "workload.fl.rounds=4")
+        # 5. a second run (2 clients): crash edge-2 from the Chaos page. It has more rounds
+        # than the test waits for (step 6 stops it), so it is still running when the Chaos
+        # page opens even on a slow machine (4 rounds could end first on CI).
+        launch_from_ui(tab_b, dashboard, "tiny.yaml", "workload.fl.rounds=40")
         run2 = wait_api(lambda: newest_run(api), 60)
         tab_a.goto(f"{dashboard}/live")
         wait_text(tab_a, run2, 30)
         wait_text(tab_a, "fleet_ready", 120)  # the run's chaos engine polls injections now
         tab_b.goto(f"{dashboard}/chaos")
-        wait_text(tab_b, "Inject now", 30)
+        wait_text(tab_b, "Inject now", 60)
         tab_b.get_by_test_id("stSelectbox").filter(has_text="Target").click()
         tab_b.get_by_role("option", name="edge-2").click()
         tab_b.wait_for_timeout(300)

@@ -122,12 +122,13 @@ def wait_for(fn, timeout_s: float, what: str):  # noqa: ANN001, ANN201
 
 @pytest.mark.slow
 def test_launch_watch_and_stop_a_real_run(controller: Controller, tmp_path: Path) -> None:
-    """2 clients (4 rounds asked): launched as a subprocess with an override, watched by
-    cursor, stopped by SIGINT once metrics flow: the run is interrupted and keeps its rows."""
+    """2 clients (20 rounds asked, more than it waits for): launched as a subprocess with
+    an override, watched by cursor, stopped by SIGINT once metrics flow: the run is
+    interrupted and keeps its rows."""
     url = controller.url
     r = requests.post(
         f"{url}/launches",
-        json={"experiment": "tiny.yaml", "set": ["workload.fl.rounds=4"]},
+        json={"experiment": "tiny.yaml", "set": ["workload.fl.rounds=20"]},
         timeout=30,
     )
     assert r.status_code == 201, r.text
@@ -163,7 +164,7 @@ def test_launch_watch_and_stop_a_real_run(controller: Controller, tmp_path: Path
 
     assert wait_for(finished, 60, "the launch to end")["state"] == "stopped"
     run = requests.get(f"{url}/runs/{run_id}", timeout=10).json()
-    assert run["status"] == "interrupted" and run["rounds_done"] < 4
+    assert run["status"] == "interrupted" and run["rounds_done"] < 20
     log = next((controller.store_root / "launches").glob("*.log")).read_text()
     assert "interrupted" in log
     assert requests.post(f"{url}/runs/{run_id}/stop", timeout=10).status_code == 409

@@ -45,6 +45,58 @@ def test_control_file_roundtrip(tmp_path: Path) -> None:
     assert c.active(4).slowdown == 3.0 and c.active(5) == NodeControl()
 
 
+def test_a_push_cut_by_a_superlink_restart_is_pushed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ServerApp's grid wrapper: a push that dies the way a SuperLink restart cuts it
+    (ObjectPushError) goes out again as fresh messages (same content and destination,
+    new ids), is recorded, and the ids returned are the fresh ones; a push that keeps
+    failing still raises. The grid double stands for the SuperLink; the wrapper, the
+    messages and the telemetry are the ServerApp's own."""
+    from flwr.app import ConfigRecord, Message, RecordDict
+    from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from nodes.fl.server_app import tolerate_superlink_restarts
+    from nodes.fl.telemetry import Telemetry
+
+    for attr, value in (("_run_id", 7), ("_node_id", 1), ("_task_id", 1)):
+        monkeypatch.setattr(TaskIdentity, attr, value)
+
+    class CutGrid:
+        def __init__(self, failures: int) -> None:
+            self.failures, self.seen = failures, []
+
+        def push_messages(self, messages):  # noqa: ANN001, ANN202
+            msgs = list(messages)
+            self.seen.append(msgs)
+            if len(self.seen) <= self.failures:
+                raise ObjectPushError("obj", 7, "session-lost")
+            return [m.object_id for m in msgs]
+
+    def round_messages() -> list[Message]:
+        content = RecordDict({"config": ConfigRecord({"lr": 0.05})})
+        return [Message(content, node, "train", group_id="3") for node in (11, 12)]
+
+    tel_path = tmp_path / "telemetry.jsonl"
+    grid = CutGrid(failures=1)
+    tolerate_superlink_restarts(grid, Telemetry(str(tel_path)), wait_s=0.01)
+    ids = grid.push_messages(round_messages())
+    first, second = grid.seen
+    assert [m.metadata.dst_node_id for m in second] == [11, 12]
+    assert [m.content for m in second] == [m.content for m in first]
+    assert {m.object_id for m in second}.isdisjoint(m.object_id for m in first)
+    assert ids == [m.object_id for m in second]
+    recs = [json.loads(line) for line in tel_path.read_text().splitlines()]
+    assert [r["name"] for r in recs] == ["push_retried"] and recs[0]["data"]["attempt"] == 1
+
+    stuck = CutGrid(failures=99)
+    tolerate_superlink_restarts(stuck, Telemetry(None), attempts=3, wait_s=0.01)
+    with pytest.raises(ObjectPushError):
+        stuck.push_messages(round_messages())
+    assert len(stuck.seen) == 3
+
+
 @pytest.mark.slow
 def test_crash_at_round_2_of_5(tmp_path: Path) -> None:
     store = RunStore(tmp_path)

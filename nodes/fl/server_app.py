@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
 from flwr.serverapp import Grid, ServerApp
+from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
 
 from nodes.fl import task
 from nodes.fl.config import STRATEGIES
@@ -21,6 +22,49 @@ from nodes.fl.recording import recording
 from nodes.fl.telemetry import Telemetry
 
 app = ServerApp()
+
+PUSH_ATTEMPTS = 6  # a restarted SuperLink answers again within a few seconds
+PUSH_RETRY_WAIT_S = 2.0
+
+
+def tolerate_superlink_restarts(
+    grid: Grid, tel: Telemetry, attempts: int = PUSH_ATTEMPTS, wait_s: float = PUSH_RETRY_WAIT_S
+) -> None:
+    """Make ``grid`` push a round's messages again when a SuperLink restart cut the push.
+
+    Flower's runtime client retries calls while the SuperLink is down, but the object
+    push session of a ``PushMessages`` that was under way dies with the SuperLink: the
+    objects then fail to store (``ObjectPushError``) and Flower's grid gives up, ending
+    the ServerApp. Here the push is retried as fresh messages (same content and
+    destination, new ids, so nothing half-pushed is reused); replies to the new ids are
+    the ones the round collects. Each retry is recorded as a ``push_retried`` event.
+    ``send_and_receive`` calls ``self.push_messages``, so an instance attribute is enough.
+    """
+    push = grid.push_messages
+
+    def push_messages(messages):  # noqa: ANN001, ANN202
+        messages, attempt = list(messages), 1
+        while True:
+            try:
+                return push(messages)
+            except ObjectPushError as exc:
+                if attempt >= attempts:
+                    raise
+                tel.event("push_retried", attempt=attempt, error=str(exc)[:300])
+                time.sleep(wait_s)
+                messages = [
+                    Message(
+                        m.content,
+                        m.metadata.dst_node_id,
+                        m.metadata.message_type,
+                        ttl=m.metadata.ttl,
+                        group_id=m.metadata.group_id,
+                    )
+                    for m in messages
+                ]
+                attempt += 1
+
+    grid.push_messages = push_messages  # type: ignore[method-assign]
 
 
 @app.main()
@@ -35,6 +79,7 @@ def main(grid: Grid, context: Context) -> None:
     seed = int(rc["seed"])
     names: list[str] = json.loads(str(rc["node-names"]))
     tel = Telemetry(str(rc.get("telemetry-path", "")) or None)
+    tolerate_superlink_restarts(grid, tel)
     n = len(names)
     splits = task.get_splits(spec, seed, n)
     torch.manual_seed(seed)

@@ -76,11 +76,43 @@ def dashboard(controller: Controller) -> Iterator[str]:
 
 
 def wait_text(page, text: str, timeout_s: float) -> float:  # noqa: ANN001
-    """Wait until ``text`` is on the page; return the wall time it was seen."""
-    page.wait_for_function(
-        "t => document.body.innerText.includes(t)", arg=text, timeout=timeout_s * 1000, polling=20
-    )
+    """Wait until ``text`` is on the page; return the wall time it was seen. On a timeout,
+    keep a screenshot and say what the page showed instead."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(
+            "t => document.body.innerText.includes(t)",
+            arg=text,
+            timeout=timeout_s * 1000,
+            polling=20,
+        )
+    except PlaywrightTimeout:
+        shot = ARTIFACTS / f"timeout-{int(time.time())}.png"
+        page.screenshot(path=shot)
+        shown = page.evaluate("document.body.innerText")
+        raise AssertionError(
+            f"{text!r} not on {page.url} after {timeout_s} s (screenshot {shot}); "
+            f"the page shows:\n{shown[-3000:]}"
+        ) from None
     return time.time()
+
+
+def open_page(page, url: str, ready: str, timeout_s: float) -> None:  # noqa: ANN001
+    """Open ``url`` in ``page`` (brought to the front) until ``ready`` shows; if it has
+    not after ``timeout_s``, record what it showed (stdout and test-artifacts/) and load
+    it once more. A page that does not come up twice fails the test."""
+    page.bring_to_front()
+    page.goto(url)
+    try:
+        wait_text(page, ready, timeout_s)
+    except AssertionError as first:
+        note = f"first load of {url} did not come up, loading it again: {first}\n"
+        print(note)
+        with open(ARTIFACTS / "page-retries.txt", "a") as f:
+            f.write(note)
+        page.reload()
+        wait_text(page, ready, timeout_s)
 
 
 def event_ts(url: str, run_id: str, kind: str, **match: object) -> float:
@@ -169,8 +201,7 @@ def test_dashboard_end_to_end(controller: Controller, dashboard: str) -> None:
         tab_a.goto(f"{dashboard}/live")
         wait_text(tab_a, run2, 30)
         wait_text(tab_a, "fleet_ready", 120)  # the run's chaos engine polls injections now
-        tab_b.goto(f"{dashboard}/chaos")
-        wait_text(tab_b, "Inject now", 60)
+        open_page(tab_b, f"{dashboard}/chaos", "Inject now", 45)
         tab_b.get_by_test_id("stSelectbox").filter(has_text="Target").click()
         tab_b.get_by_role("option", name="edge-2").click()
         tab_b.wait_for_timeout(300)
@@ -182,6 +213,7 @@ def test_dashboard_end_to_end(controller: Controller, dashboard: str) -> None:
         wait_text(tab_b, "down", 10)
         tab_b.screenshot(path=ARTIFACTS / "dashboard-5-chaos.png")
         # 6. stop the second run from Live run
+        tab_a.bring_to_front()
         tab_a.get_by_role("button", name="Stop run").click()
         wait_text(tab_a, "status interrupted", 90)
         tab_a.screenshot(path=ARTIFACTS / "dashboard-6-stopped.png")

@@ -142,6 +142,14 @@ def _timing(fig: RunFigures, fail_rounds: list[int]) -> str:
     return f"{fig.condition} {names[fail_rounds.index(fig.fail_round)]} (r{fig.fail_round})"
 
 
+def _timing_key(label: str) -> tuple[int, str, int]:
+    """Order conditions: the baseline, then each failure kind from early to late."""
+    if label == "baseline":
+        return (0, "", 0)
+    kind = label.split(" ", 1)[0]
+    return (1, kind, int(label.rsplit("(r", 1)[1].rstrip(")")))
+
+
 def summarize(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
     """One table row per (skew, condition): mean ± std over seeds."""
     fail_rounds = sorted({f.fail_round for f in figs if f.fail_round is not None})
@@ -165,7 +173,7 @@ def summarize(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
     ]
     rows = []
     for (skew, timing), fs in sorted(
-        groups.items(), key=lambda kv: (_skew_key(kv[0][0]), kv[0][1])
+        groups.items(), key=lambda kv: (_skew_key(kv[0][0]), _timing_key(kv[0][1]))
     ):
         R = [f.rounds for f in fs]
         final = [f.global_acc[r] for f, r in zip(fs, R, strict=True)]
@@ -227,7 +235,7 @@ def plots(figs: list[RunFigures], out: Path) -> list[str]:
         for f in figs:
             if f.skew == skew:
                 conds[_timing(f, fail_rounds)].append(f)
-        for label, fs in sorted(conds.items()):
+        for label, fs in sorted(conds.items(), key=lambda kv: _timing_key(kv[0])):
             x, y = mean_curve(fs, "global_acc")
             (line,) = ax.plot(x, y, label=label, lw=2 if label == "baseline" else 1)
             if fs[0].fail_round:
@@ -272,20 +280,29 @@ def plots(figs: list[RunFigures], out: Path) -> list[str]:
         ),
     ):
         fig, ax = plt.subplots(figsize=(6, 3.4))
-        labels = sorted({_timing(f, fail_rounds) for f in figs})
+        labels = sorted({_timing(f, fail_rounds) for f in figs}, key=_timing_key)
         width = 0.8 / max(len(skews), 1)
         for i, skew in enumerate(skews):
-            ys = []
+            ys, spread = [], []
             for lab in labels:
                 vals = [
                     getter(f) for f in figs if f.skew == skew and _timing(f, fail_rounds) == lab
                 ]
                 vals = [v for v in vals if v is not None]
                 ys.append(statistics.mean(vals) if vals else 0)
-            ax.bar([j + i * width for j in range(len(labels))], ys, width, label=skew)
+                spread.append(statistics.stdev(vals) if len(vals) > 1 else 0)
+            ax.bar(
+                [j + i * width for j in range(len(labels))],
+                ys,
+                width,
+                yerr=spread,  # std over seeds
+                capsize=2,
+                error_kw={"lw": 0.7},
+                label=skew,
+            )
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(labels))])
         ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=7)
-        ax.set_ylabel(ylabel)
+        ax.set_ylabel(f"{ylabel}\nmean ± std over seeds", fontsize=8)
         ax.legend(fontsize=6)
         fig.tight_layout()
         fig.savefig(out / fname, dpi=110)

@@ -88,7 +88,9 @@ def load_sweep(store: RunStore, sweep_id: str) -> list[RunFigures]:
     for r in store.runs(sweep_id):
         if r.status != "completed" or not r.artifact_dir:
             continue
-        meta = json.loads((Path(r.artifact_dir) / "meta.json").read_text())
+        # the run folder under this store (the recorded path may be relative to the
+        # folder `testbed run` was started from)
+        meta = json.loads((store.artifact_dir(r.run_id) / "meta.json").read_text())
         assign = meta.get("sweep_assignment", {})
         faults = assign.get("faults") or []
         f = faults[0] if faults else None

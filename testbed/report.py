@@ -88,9 +88,7 @@ def load_sweep(store: RunStore, sweep_id: str) -> list[RunFigures]:
     for r in store.runs(sweep_id):
         if r.status != "completed" or not r.artifact_dir:
             continue
-        # the run folder under this store (the recorded path may be relative to the
-        # folder `testbed run` was started from)
-        meta = json.loads((store.artifact_dir(r.run_id) / "meta.json").read_text())
+        meta = json.loads((Path(r.artifact_dir) / "meta.json").read_text())
         assign = meta.get("sweep_assignment", {})
         faults = assign.get("faults") or []
         f = faults[0] if faults else None
@@ -158,18 +156,18 @@ def summarize(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
     groups: dict[tuple[str, str], list[RunFigures]] = defaultdict(list)
     for f in figs:
         groups[(f.skew, _timing(f, fail_rounds))].append(f)
-    base = {
-        s: [f.global_acc[f.rounds] for f in fs] for (s, t), fs in groups.items() if t == "baseline"
-    }
+    # the same seed's baseline (same partition and initial model): deltas are paired
+    base = {(f.skew, f.seed): f for f in figs if f.fail_round is None}
     head = [
         "skew",
         "condition",
         "seeds",
         "final global acc",
-        "Δ vs baseline",
+        "Δ vs baseline (paired by seed)",
         "final federated acc",
         "optimism (final)",
         "failed silo acc (final)",
+        "its Δ vs baseline (paired)",
         "its classes: before → final",
         "its LOO contribution",
     ]
@@ -179,11 +177,15 @@ def summarize(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
     ):
         R = [f.rounds for f in fs]
         final = [f.global_acc[r] for f, r in zip(fs, R, strict=True)]
-        delta = [a - statistics.mean(base[skew]) for a in final] if skew in base else []
         fed = [f.federated_acc.get(r) for f, r in zip(fs, R, strict=True)]
         opt = [f.optimism().get(r) for f, r in zip(fs, R, strict=True)]
         node = next((f.failed_node for f in fs if f.failed_node), None) or "silo-2"
-        silo = [f.silo_acc.get(node, {}).get(r) for f, r in zip(fs, R, strict=True)]
+        silo = [_final_silo(f, node) for f in fs]
+        paired = [(f, base[(skew, f.seed)]) for f in fs if (skew, f.seed) in base]
+        delta = [f.global_acc[f.rounds] - b.global_acc[b.rounds] for f, b in paired]
+        own = [_final_silo(f, node) for f, _ in paired]
+        own_base = [_final_silo(b, node) for _, b in paired]
+        silo_delta = [a - b for a, b in zip(own, own_base, strict=True) if None not in (a, b)]
         before = [f.classes_acc(f.own_classes(node), max((f.fail_round or 2) - 1, 1)) for f in fs]
         after = [f.classes_acc(f.own_classes(node), r) for f, r in zip(fs, R, strict=True)]
         contrib = [
@@ -199,11 +201,16 @@ def summarize(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
                 _ms(fed),
                 _ms(opt),
                 _ms(silo),
+                _ms(silo_delta) if silo_delta else "-",
                 f"{_ms(before)} → {_ms(after)}",
                 _ms(contrib),
             ]
         )
     return head, rows
+
+
+def _final_silo(f: RunFigures, node: str) -> float | None:
+    return f.silo_acc.get(node, {}).get(f.rounds)
 
 
 def _skew_key(s: str) -> float:
@@ -277,7 +284,7 @@ def plots(figs: list[RunFigures], out: Path) -> list[str]:
         ("final_acc_vs_timing.png", lambda f: f.global_acc[f.rounds], "final global accuracy"),
         (
             "failed_silo_acc.png",
-            lambda f: f.silo_acc.get(f.failed_node or "silo-2", {}).get(f.rounds),
+            lambda f: _final_silo(f, f.failed_node or "silo-2"),
             "failed silo's own test accuracy (final)",
         ),
     ):

@@ -13,7 +13,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -294,10 +294,19 @@ class RunStore:
         return row[0] if row else "unknown"
 
     # -- reads ----------------------------------------------------------------------
+    def _row(self, values: tuple) -> RunRow:
+        """A ``runs`` row whose ``artifact_dir`` is the run's folder under this store. The
+        recorded path is where the writer saw it: relative to the folder ``testbed run``
+        started in, or inside a container, so readers elsewhere could not open it."""
+        row = RunRow(*values)
+        if row.artifact_dir is None:
+            return row
+        return replace(row, artifact_dir=str(self.artifact_dir(row.run_id)))
+
     def runs(self, sweep_id: str | None = None) -> list[RunRow]:
         q = "SELECT * FROM runs" + (" WHERE sweep_id=?" if sweep_id else "")
         rows = self._db.execute(q + " ORDER BY created_at", (sweep_id,) if sweep_id else ())
-        return [RunRow(*r) for r in rows]
+        return [self._row(r) for r in rows]
 
     def completed_variant(self, sweep_id: str, variant: str) -> RunRow | None:
         """The completed run of ``variant`` in ``sweep_id``, if any (for resuming)."""
@@ -305,7 +314,7 @@ class RunStore:
             "SELECT * FROM runs WHERE sweep_id=? AND variant=? AND status='completed'",
             (sweep_id, variant),
         ).fetchone()
-        return RunRow(*row) if row else None
+        return self._row(row) if row else None
 
     def run(self, run_id: str) -> RunRow:
         """A run by id or unique id prefix."""
@@ -314,7 +323,7 @@ class RunStore:
         ).fetchall()
         if len(rows) != 1:
             raise KeyError(f"run {run_id!r}: {'no such run' if not rows else 'ambiguous prefix'}")
-        return RunRow(*rows[0])
+        return self._row(rows[0])
 
     def metrics(self, run_id: str, name: str | None = None) -> list[tuple]:
         """Rows ``(round, node, name, value, ts)`` ordered by time."""

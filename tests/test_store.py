@@ -8,6 +8,8 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
+
 from testbed.store import RunStore
 
 
@@ -86,3 +88,19 @@ def test_runs_opening_a_fresh_store_at_once_do_not_see_a_locked_database(
             root = str(tmp_path / f"fresh{i}")
             assert pool.map(_open_store, [root] * 6) == ["ok"] * 6
             assert len(RunStore(root).runs()) == 6
+
+
+def test_run_folder_is_found_from_any_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run recorded through a relative ``--out`` is read from another folder (the
+    report, the controller): its ``artifact_dir`` is the folder under the store read."""
+    monkeypatch.chdir(tmp_path)
+    writer = RunStore("runs")
+    (writer.create_run("r1", "x", seed=1, backend="local") / "meta.json").write_text("{}")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    reader = RunStore(tmp_path / "runs")
+    for row in (reader.run("r1"), reader.runs()[0]):
+        assert (Path(row.artifact_dir) / "meta.json").read_text() == "{}"

@@ -12,6 +12,7 @@ import bisect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any, Protocol, runtime_checkable
 
 #: Maximum segment size assumed for TCP over an emulated link, in bytes (1500 B MTU,
 #: IPv4 + TCP headers with timestamps).
@@ -206,3 +207,29 @@ def satellite_pass(
         )
 
     return LinkSchedule(fn, poll_s=poll_s)
+
+
+@runtime_checkable
+class Link(Protocol):
+    """One emulated link of a fleet, whatever shapes it (userspace proxy, kernel
+    tbf/netem in namespaces, a container's namespace, a virtual clock).
+
+    Every link kind is driven by the same schedule driver (``run_schedule``), the same
+    partition and parameter calls, and reports the same counters: ``bytes_up``,
+    ``bytes_down``, ``partitioned_s``, ``stalled_s``, ``params`` (current
+    :class:`LinkParams` as a dict) and ``changes`` (``[{"t_s", "lag_ms", "params"}]``).
+    """
+
+    name: str
+
+    def start(self) -> object: ...
+    def stop(self) -> None: ...
+    @property
+    def params(self) -> LinkParams: ...
+    def set_params(self, params: LinkParams) -> None: ...
+    def partition(self, on: bool, mode: str = "blackhole") -> None: ...
+    def run_schedule(self, schedule: LinkSchedule, t0: float) -> None: ...
+    def counters(self) -> dict[str, Any]: ...
+    def connect_address(self, server_port: int) -> str:
+        """``host:port`` the link's client side dials to reach the server."""
+        ...

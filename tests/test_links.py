@@ -147,7 +147,7 @@ def test_link_params_validation_names_the_field() -> None:
         ({"loss_pct": 100}, "loss_pct"),
     ]:
         with pytest.raises(ValueError, match=field):
-            LinkParams(**kwargs)
+            LinkParams(**kwargs)  # type: ignore[arg-type]
     p = LinkParams(bandwidth_mbps=8, latency_ms=25)
     assert p.rate_bytes_per_s == 1e6 and p.rtt_s == 0.05
     assert p.replace(loss_pct=1.0).loss_pct == 1.0
@@ -233,7 +233,7 @@ def test_both_link_kinds_satisfy_the_link_protocol() -> None:
         LINK_KINDS["tc"]
     for kind in ("proxy", "netem"):
         with pytest.raises(ValueError, match="params"):
-            LINK_KINDS[kind]("x", {"latency_ms": 5}, **kw)
+            LINK_KINDS[kind]("x", {"latency_ms": 5}, **kw)  # type: ignore[arg-type]
 
 
 def test_proxy_from_the_registry_is_reached_at_its_connect_address() -> None:
@@ -456,7 +456,7 @@ def test_proxy_blackhole_partition_holds_traffic_and_loses_nothing() -> None:
     params = LinkParams(bandwidth_mbps=16)
     data = payload(2_400_000)  # 1.2 s at 16 Mbps, plus a 0.9 s partition
     with proxied(sink, params) as (proxy, port, _s):
-        result: dict[str, object] = {}
+        result: dict[str, tuple[float, bytes]] = {}
         sender = threading.Thread(target=lambda: result.update(r=send_all(port, data)))
         sender.start()
         time.sleep(0.4)
@@ -474,7 +474,7 @@ def test_proxy_blackhole_partition_holds_traffic_and_loses_nothing() -> None:
     assert during["partition"] == "blackhole" and 0.85 < during["partitioned_s"] < 1.0
     assert during["partitioned_s"] <= after["partitioned_s"] < 1.05 and after["partition"] is None
     assert not any(t_on + 0.1 < t < t_off for t, _ in sink.timeline)
-    dt, digest = result["r"]  # type: ignore[misc]
+    dt, digest = result["r"]
     assert digest == hashlib.sha256(data).digest()  # nothing lost, same connection
     assert after["connections"] == 1 and after["bytes_up"] == len(data)
     assert abs(dt - (len(data) * 8 / 16e6 + (t_off - t_on))) < 0.15
@@ -725,7 +725,7 @@ def test_netem_loss_partition_and_refuse() -> None:
     data = payload(1_000_000)
     params = LinkParams(bandwidth_mbps=40, loss_pct=2.0)
     with netem_link(params, sink, 3) as (link, addr, port, client):
-        result: dict[str, object] = {}
+        result: dict[str, tuple[float, bytes]] = {}
         s = client()
         sender = threading.Thread(target=lambda: result.update(r=send_all(port, data, addr, s)))
         link.partition(True)  # blackhole from the start: the SYN waits
@@ -742,7 +742,7 @@ def test_netem_loss_partition_and_refuse() -> None:
             sock.settimeout(3)
             sock.connect((addr, port))
         sock.close()
-    _, digest = result["r"]  # type: ignore[misc]
+    _, digest = result["r"]
     assert digest == hashlib.sha256(data).digest()  # real drops, TCP retransmitted
     assert held["dropped_partition"] >= 1 and sink.timeline[0][0] > t_heal
     assert c["dropped_loss_up"] + c["dropped_loss_down"] >= 3

@@ -17,13 +17,17 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from testbed.emulation.link import LinkParams, LinkSchedule, satellite_pass
+from testbed.emulation.kinds import LINK_KINDS
+from testbed.emulation.link import Link, LinkParams, LinkSchedule, satellite_pass
 from testbed.emulation.proxy import RTO_MIN_S, ShapingProxy
+from testbed.emulation.schedule import ScheduleDriver
+from testbed.emulation.state import LinkState
 
 BW_TOL = 0.08  # relative, bulk transfer time vs size/bandwidth (+handshake), >= 0.4 s transfers
 RTT_TOL_S = 0.015  # absolute, one request/response round trip vs 2 x latency
 CHANGE_LAG_S = 0.1  # a schedule change takes effect within this
 RATE_TOL = 0.15  # relative, rate measured in a window after a change
+CLOCK_TOL_S = 0.05  # absolute, partitioned_s vs the partition's wall time
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -143,7 +147,7 @@ def test_link_params_validation_names_the_field() -> None:
         ({"loss_pct": 100}, "loss_pct"),
     ]:
         with pytest.raises(ValueError, match=field):
-            LinkParams(**kwargs)
+            LinkParams(**kwargs)  # type: ignore[arg-type]
     p = LinkParams(bandwidth_mbps=8, latency_ms=25)
     assert p.rate_bytes_per_s == 1e6 and p.rtt_s == 0.05
     assert p.replace(loss_pct=1.0).loss_pct == 1.0
@@ -162,6 +166,213 @@ def test_schedule_piecewise_and_function() -> None:
     rise, zenith = sat.at(10.0), sat.at(30.0)
     assert not zenith.partitioned and zenith.latency_ms == 5 and zenith.bandwidth_mbps == 100
     assert rise.latency_ms == 25 and rise.bandwidth_mbps == 10
+
+
+# -- the Link protocol, its kinds, the shared schedule driver and bookkeeping --------
+class MemoryLink:
+    """A minimal in-memory :class:`Link` (a test double of the protocol, not of a real
+    link): ``set_params`` takes ``apply_s`` seconds, like a link that shells out."""
+
+    def __init__(self, params: LinkParams, apply_s: float = 0.0) -> None:
+        self.name = "mem"
+        self.state = LinkState(params)
+        self.driver = ScheduleDriver(self, self.state)
+        self.apply_s = apply_s
+
+    def start(self) -> None:
+        self.state.start()
+
+    def stop(self) -> None:
+        self.driver.stop()
+        self.state.stop()
+
+    @property
+    def params(self) -> LinkParams:
+        return self.state.params
+
+    def set_params(self, params: LinkParams) -> None:
+        time.sleep(self.apply_s)
+        self.state.set_params(params)
+
+    def partition(self, on: bool, mode: str = "blackhole") -> None:
+        self.state.set_partition(mode if on else None)
+
+    def run_schedule(self, schedule: LinkSchedule, t0: float) -> None:
+        self.driver.start(schedule, t0)
+
+    def counters(self) -> dict:
+        return {"name": self.name, **self.state.counters()}
+
+    def connect_address(self, server_port: int) -> str:
+        return f"127.0.0.1:{server_port}"
+
+
+def _due(link: MemoryLink, change: dict) -> float:
+    """Monotonic time a recorded change was due."""
+    return link.state.t_start + change["t_s"] - change["lag_ms"] / 1e3
+
+
+def test_both_link_kinds_satisfy_the_link_protocol() -> None:
+    from testbed.emulation.netem import NetemLink
+
+    assert {"proxy", "netem"} <= set(LINK_KINDS)
+    kw: dict = {"index": 7, "seed": 1, "server_host": "127.0.0.1", "server_port": 9092}
+    proxy = LINK_KINDS["proxy"]("edge-1", LinkParams(), **kw)
+    netem = LINK_KINDS["netem"](
+        "edge-1", LinkParams(latency_ms=5), server_netns="ct-x-srv", run_tag="ab12", **kw
+    )
+    assert isinstance(proxy, ShapingProxy) and isinstance(proxy, Link)
+    assert isinstance(netem, NetemLink) and isinstance(netem, Link)
+    assert isinstance(MemoryLink(LinkParams()), Link) and not isinstance(object(), Link)
+    assert proxy.name == "edge-1" and proxy.target == ("127.0.0.1", 9092)
+    assert netem.name == "ab12n7" and netem.server_netns == "ct-x-srv"  # nothing created yet
+    assert netem.params == LinkParams(latency_ms=5)
+    assert netem.connect_address(9092) == "10.200.7.6:9092"
+    assert LINK_KINDS["netem"]("edge-1", LinkParams(), **kw).name == "edge-1"  # no run tag
+    with pytest.raises(ValueError, match="link kind 'tc'.*netem.*proxy"):
+        LINK_KINDS["tc"]
+    for kind in ("proxy", "netem"):
+        with pytest.raises(ValueError, match="params"):
+            LINK_KINDS[kind]("x", {"latency_ms": 5}, **kw)  # type: ignore[arg-type]
+
+
+def test_proxy_from_the_registry_is_reached_at_its_connect_address() -> None:
+    server = Server(echo)
+    link = LINK_KINDS["proxy"](
+        "n0", LinkParams(latency_ms=5), index=0, seed=1, server_host="127.0.0.1",
+        server_port=server.port,
+    )  # fmt: skip
+    link.start()
+    try:
+        host, port = link.connect_address(server.port).rsplit(":", 1)
+        assert host == "127.0.0.1" and int(port) != server.port  # through the relay
+        with socket.create_connection((host, int(port))) as c:
+            c.sendall(b"hi")
+            assert recv_exact(c, 2) == b"hi"
+        link.set_params(LinkParams(latency_ms=1))
+        counters = link.counters()
+        assert link.params == LinkParams(latency_ms=1) and counters["params"]["latency_ms"] == 1
+        assert counters["bytes_up"] == counters["bytes_down"] == 2
+    finally:
+        link.stop()
+        server.close()
+    assert not server.errors, server.errors
+
+
+def test_link_state_partition_bookkeeping() -> None:
+    state = LinkState(LinkParams(partitioned=True))
+    time.sleep(0.05)
+    assert state.mode == "blackhole" and state.partitioned_s() == 0.0  # not started
+    t_start = time.monotonic()
+    state.start()
+    assert state.set_partition("refuse") == "refuse"  # a manual partition wins
+    assert state.set_partition(None) == "blackhole"  # the scheduled one stays on
+    time.sleep(0.1)
+    assert state.set_params(LinkParams()) is None
+    t_open = time.monotonic()
+    time.sleep(0.1)
+    assert state.set_partition("blackhole") == "blackhole"
+    t_manual = time.monotonic()
+    time.sleep(0.1)
+    state.stop()
+    t_stop = time.monotonic()
+    frozen = state.partitioned_s()
+    time.sleep(0.05)
+    assert state.partitioned_s() == frozen  # stopped: no longer counting
+    expected = (t_open - t_start) + (t_stop - t_manual)
+    assert abs(frozen - expected) < CLOCK_TOL_S, (frozen, expected)
+    with pytest.raises(ValueError, match="mode"):
+        state.set_partition("drop")
+    with pytest.raises(ValueError, match="params"):
+        state.set_params({"latency_ms": 1})  # type: ignore[arg-type]
+
+
+def test_schedule_driver_plays_segments_on_time() -> None:
+    a, b, cut = LinkParams(latency_ms=1), LinkParams(latency_ms=2), LinkParams(partitioned=True)
+    link = MemoryLink(a)
+    link.start()
+    t0 = time.monotonic()
+    link.run_schedule(LinkSchedule([(0.0, a), (0.1, b), (0.2, cut)]), t0)
+    time.sleep(0.35)
+    counters = link.counters()
+    link.stop()
+    changes = counters["changes"]
+    assert [ch["params"] for ch in changes] == [b.to_dict(), cut.to_dict()]  # a was in force
+    for ch, start in zip(changes, (0.1, 0.2), strict=True):
+        assert 0 <= ch["lag_ms"] < CHANGE_LAG_S * 1e3
+        assert abs(_due(link, ch) - (t0 + start)) < 1e-6
+    assert counters["partition"] == "blackhole"
+    assert abs(counters["partitioned_s"] - 0.15) < CLOCK_TOL_S
+
+    # joined late: the segment in force now is applied at once, past boundaries skipped;
+    # a new schedule replaces the previous one
+    link = MemoryLink(a)
+    link.start()
+    link.run_schedule(LinkSchedule([(0.0, a), (0.1, cut)]), time.monotonic())
+    t1 = time.monotonic()
+    link.run_schedule(LinkSchedule([(0.0, a), (0.5, b), (10.0, cut)]), t1 - 1.0)
+    time.sleep(0.2)
+    changes = link.counters()["changes"]
+    link.stop()
+    assert [ch["params"] for ch in changes] == [b.to_dict()]
+    assert changes[0]["lag_ms"] < CHANGE_LAG_S * 1e3 and _due(link, changes[0]) >= t1
+
+
+def test_schedule_driver_samples_functions_without_falling_behind() -> None:
+    poll_s, apply_s, play_s = 0.01, 0.03, 0.6
+    # a new value at every sample, and applying one takes 3 sampling periods
+    sched = LinkSchedule(lambda t: LinkParams(latency_ms=round(t / poll_s)), poll_s=poll_s)
+    link = MemoryLink(LinkParams(), apply_s=apply_s)
+    link.start()
+    t0 = time.monotonic()
+    link.run_schedule(sched, t0)
+    time.sleep(play_s)
+    link.stop()
+    changes = link.counters()["changes"]
+    assert 5 <= len(changes) <= play_s / apply_s + 1
+    for ch in changes:  # each value is the schedule's at its due time on the poll grid
+        k = (_due(link, ch) - t0) / poll_s
+        assert abs(k - round(k)) < 1e-6 and ch["params"]["latency_ms"] == round(k)
+    # a driver that replays every missed sample would be ~0.4 s late by the end
+    lags = [ch["lag_ms"] for ch in changes]
+    assert max(lags) < apply_s * 1e3 + CHANGE_LAG_S * 1e3, lags
+
+    def broken(t_s: float) -> LinkParams:
+        return None  # type: ignore[return-value]
+
+    link = MemoryLink(LinkParams())
+    link.run_schedule(LinkSchedule(broken, poll_s=poll_s), time.monotonic())
+    time.sleep(0.1)
+    assert isinstance(link.driver.error, TypeError) and not link.driver.running
+
+
+def test_proxy_manual_and_scheduled_partitions_share_one_clock() -> None:
+    open_, cut = LinkParams(latency_ms=2), LinkParams(latency_ms=2, partitioned=True)
+    with proxied(echo, open_) as (proxy, port, _s):
+        c = socket.create_connection(("127.0.0.1", port))
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        c.sendall(b"a")
+        assert recv_exact(c, 1) == b"a"
+        t0 = time.monotonic()
+        proxy.run_schedule(LinkSchedule([(0.0, open_), (0.2, cut), (0.5, open_)]), t0)
+        time.sleep(max(0.0, t0 + 0.3 - time.monotonic()))
+        proxy.partition(True)  # manual, over the scheduled one
+        time.sleep(max(0.0, t0 + 0.6 - time.monotonic()))
+        held = proxy.counters()  # the schedule healed at 0.5; the manual partition holds
+        c.sendall(b"b")
+        time.sleep(max(0.0, t0 + 0.7 - time.monotonic()))
+        c.setblocking(False)
+        with pytest.raises(BlockingIOError):  # held while partitioned
+            c.recv(1)
+        c.setblocking(True)
+        proxy.partition(False)
+        assert recv_exact(c, 1) == b"b"
+        c.close()
+        counters = proxy.counters()
+    assert held["partition"] == "blackhole" and held["params"]["partitioned"] is False
+    assert counters["partition"] is None
+    assert len(counters["changes"]) == 2
+    assert abs(counters["partitioned_s"] - 0.5) < CLOCK_TOL_S, counters["partitioned_s"]
 
 
 # -- proxy: accuracy -------------------------------------------------------------------
@@ -245,7 +456,7 @@ def test_proxy_blackhole_partition_holds_traffic_and_loses_nothing() -> None:
     params = LinkParams(bandwidth_mbps=16)
     data = payload(2_400_000)  # 1.2 s at 16 Mbps, plus a 0.9 s partition
     with proxied(sink, params) as (proxy, port, _s):
-        result: dict[str, object] = {}
+        result: dict[str, tuple[float, bytes]] = {}
         sender = threading.Thread(target=lambda: result.update(r=send_all(port, data)))
         sender.start()
         time.sleep(0.4)
@@ -263,7 +474,7 @@ def test_proxy_blackhole_partition_holds_traffic_and_loses_nothing() -> None:
     assert during["partition"] == "blackhole" and 0.85 < during["partitioned_s"] < 1.0
     assert during["partitioned_s"] <= after["partitioned_s"] < 1.05 and after["partition"] is None
     assert not any(t_on + 0.1 < t < t_off for t, _ in sink.timeline)
-    dt, digest = result["r"]  # type: ignore[misc]
+    dt, digest = result["r"]
     assert digest == hashlib.sha256(data).digest()  # nothing lost, same connection
     assert after["connections"] == 1 and after["bytes_up"] == len(data)
     assert abs(dt - (len(data) * 8 / 16e6 + (t_off - t_on))) < 0.15
@@ -514,7 +725,7 @@ def test_netem_loss_partition_and_refuse() -> None:
     data = payload(1_000_000)
     params = LinkParams(bandwidth_mbps=40, loss_pct=2.0)
     with netem_link(params, sink, 3) as (link, addr, port, client):
-        result: dict[str, object] = {}
+        result: dict[str, tuple[float, bytes]] = {}
         s = client()
         sender = threading.Thread(target=lambda: result.update(r=send_all(port, data, addr, s)))
         link.partition(True)  # blackhole from the start: the SYN waits
@@ -531,8 +742,50 @@ def test_netem_loss_partition_and_refuse() -> None:
             sock.settimeout(3)
             sock.connect((addr, port))
         sock.close()
-    _, digest = result["r"]  # type: ignore[misc]
+    _, digest = result["r"]
     assert digest == hashlib.sha256(data).digest()  # real drops, TCP retransmitted
     assert held["dropped_partition"] >= 1 and sink.timeline[0][0] > t_heal
     assert c["dropped_loss_up"] + c["dropped_loss_down"] >= 3
     assert 0.55 < c["partitioned_s"] < 0.8
+
+
+@netem_only
+def test_netem_follows_a_schedule_through_the_shared_driver() -> None:
+    if _netem_support()["delay_engine"] is None:
+        pytest.skip("no sch_netem and no NFQUEUE on this kernel: latency unavailable")
+    slow, fast = LinkParams(latency_ms=30), LinkParams(latency_ms=5)
+    cut = LinkParams(latency_ms=5, partitioned=True)
+    with netem_link(slow, echo, 4) as (link, addr, port, client):
+        assert isinstance(link, Link) and link.connect_address(port) == f"{addr}:{port}"
+        c = client()
+        host, p = link.connect_address(port).rsplit(":", 1)
+        c.connect((host, int(p)))
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def rtts(n: int) -> list[float]:
+            out = []
+            for i in range(n):
+                t = time.monotonic()
+                c.sendall(b"%02d" % i)
+                assert recv_exact(c, 2) == b"%02d" % i
+                out.append(time.monotonic() - t)
+            return out
+
+        t0 = time.monotonic()
+        link.run_schedule(LinkSchedule([(0.0, slow), (0.6, fast), (1.0, cut), (1.3, fast)]), t0)
+        before = rtts(4)  # 4 x 60 ms, done before 0.6 s
+        time.sleep(max(0.0, t0 + 0.6 + CHANGE_LAG_S - time.monotonic()))
+        after = rtts(5)
+        time.sleep(max(0.0, t0 + 1.15 - time.monotonic()))
+        held = link.counters()
+        time.sleep(max(0.0, t0 + 1.3 + CHANGE_LAG_S - time.monotonic()))
+        healed = rtts(3)
+        counters = link.counters()
+        c.close()
+    assert_rtts(before, 0.06)
+    assert_rtts(after[1:], 0.01)
+    assert max(healed) < 0.2  # the connection survived the blackhole
+    assert held["partition"] == "blackhole" and counters["partition"] is None
+    lags = [ch["lag_ms"] for ch in counters["changes"]]
+    assert len(lags) == 3 and max(lags) < CHANGE_LAG_S * 1e3, lags
+    assert abs(counters["partitioned_s"] - 0.3) < CLOCK_TOL_S + CHANGE_LAG_S

@@ -78,7 +78,7 @@ class LinkParams:
         if unknown:
             raise ValueError(f"unknown link field(s) {sorted(unknown)}; allowed: {sorted(values)}")
         values.update(changes)
-        return LinkParams(**values)  # type: ignore[arg-type]
+        return LinkParams(**values)
 
     def to_dict(self) -> dict[str, object]:
         """Plain dict of the fields (for events and run records)."""

@@ -33,15 +33,16 @@ import re
 import shutil
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
+from typing import Any
 
 from testbed.emulation.link import MSS_BYTES, LinkParams, LinkSchedule
 from testbed.emulation.nfqueue import DelayLine
+from testbed.emulation.schedule import ScheduleDriver
+from testbed.emulation.state import LinkState, check_params, check_partition_mode
 
 _CLONE_NEWNET = 0x40000000
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,15}$")
-PARTITION_MODES = ("blackhole", "refuse")
 _Q_UP, _Q_DOWN = 0, 1
 #: Bytes on the wire for one MSS segment: 1448 payload + TCP (32, timestamps) + IPv4 (20)
 #: + Ethernet (14) headers. tbf counts these; ``bandwidth_mbps`` means payload rate.
@@ -149,6 +150,8 @@ def _try(*cmd: str) -> bool:
 class NetemLink:
     """One emulated link as three network namespaces with kernel shaping in the middle.
 
+    Implements :class:`testbed.emulation.link.Link`.
+
     Parameters
     ----------
     name
@@ -177,8 +180,6 @@ class NetemLink:
             raise ValueError(f"name: must match {_NAME.pattern}, got {name!r}")
         if not 0 <= index <= 255:
             raise ValueError(f"index: must be in 0..255, got {index!r}")
-        if not isinstance(params, LinkParams):
-            raise ValueError(f"params: expected LinkParams, got {type(params).__name__}")
         self.name, self.index, self.seed = name, index, seed
         self.client_netns = f"ct-{name}-c"
         self.router_netns = f"ct-{name}-r"
@@ -187,19 +188,13 @@ class NetemLink:
         self.client_addr = f"10.200.{index}.2"
         self.server_addr = f"10.200.{index}.6"
         self._srv_if = f"cts{index}"
-        self._params = params
-        self._partition: str | None = None
-        self._partition_since: float | None = None
-        self._partitioned_s = 0.0
+        self._state = LinkState(check_params(params))
         self._qdisc: dict[str, str | None] = {"ctr0": None, "ctr1": None}
         self._delay: DelayLine | None = None
         self._engine: str | None = None
         self._started = False
         self._lock = threading.RLock()
-        self._sched_stop = threading.Event()
-        self._sched_thread: threading.Thread | None = None
-        self._changes: list[dict[str, object]] = []
-        self._t_start = 0.0
+        self._driver = ScheduleDriver(self, self._state)
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> str:
@@ -250,8 +245,8 @@ class NetemLink:
                 with in_netns(r):
                     self._delay.start()
             self._started = True
-            self._t_start = time.monotonic()
-            self._apply(self._params)
+            self._state.start()
+            self._apply(self._state.params)
         except BaseException:
             self.stop()
             raise
@@ -259,9 +254,7 @@ class NetemLink:
 
     def stop(self) -> None:
         """Stop the schedule and delay line; delete the namespaces (and the veths)."""
-        self._sched_stop.set()
-        if self._sched_thread is not None:
-            self._sched_thread.join(timeout=5.0)
+        self._driver.stop()
         if self._delay is not None:
             self._delay.stop()
             self._delay = None
@@ -272,6 +265,7 @@ class NetemLink:
         else:
             _run("ip", "-n", self.server_netns, "link", "del", self._srv_if, check=False)
         self._started = False
+        self._state.stop()
 
     def __enter__(self) -> NetemLink:
         self.start()
@@ -287,69 +281,40 @@ class NetemLink:
         ns = self.client_netns if side == "client" else self.server_netns
         return ["ip", "netns", "exec", ns]
 
+    def connect_address(self, server_port: int) -> str:
+        """``host:port`` a client in the client namespace dials to reach the server
+        listening on ``server_port`` in the server namespace (across the router)."""
+        return f"{self.server_addr}:{int(server_port)}"
+
     # -- control ---------------------------------------------------------------------
+    @property
+    def params(self) -> LinkParams:
+        """The parameters in force."""
+        return self._state.params
+
     def set_params(self, params: LinkParams) -> None:
         """Change shaping (tc change / iptables-restore; open connections are kept)."""
-        if not isinstance(params, LinkParams):
-            raise ValueError(f"params: expected LinkParams, got {type(params).__name__}")
+        check_params(params)
         with self._lock:
             if self._started:
                 self._apply(params)
             else:
-                self._params = params
+                self._state.set_params(params)
 
     def partition(self, on: bool, mode: str = "blackhole") -> None:
         """Partition (``on``) or heal; ``blackhole`` drops, ``refuse`` rejects with RST."""
-        if mode not in PARTITION_MODES:
-            raise ValueError(f"mode: must be one of {PARTITION_MODES}, got {mode!r}")
+        check_partition_mode(mode)
         with self._lock:
-            self._partition = mode if on else None
+            self._state.set_partition(mode if on else None)
             self._rules()
 
     def run_schedule(self, schedule: LinkSchedule, t0: float) -> None:
-        """Follow ``schedule`` from ``t0`` (``time.monotonic()``) in a thread; lags recorded."""
-        self._sched_stop.set()
-        if self._sched_thread is not None:
-            self._sched_thread.join(timeout=5.0)
-        self._sched_stop = threading.Event()
-        stop = self._sched_stop
-
-        def loop() -> None:
-            if schedule.is_piecewise:
-                dues = [(t0 + s, p) for s, p in schedule.segments]
-                now = time.monotonic()
-                current = schedule.at(now - t0)
-                if current != self._params:
-                    self._timed_apply(current, now)
-                for due, params in dues:
-                    if due > now and not stop.wait(max(0.0, due - time.monotonic())):
-                        self._timed_apply(params, due)
-            else:
-                k = max(0, int((time.monotonic() - t0) / schedule.poll_s) + 1)
-                while not stop.wait(max(0.0, t0 + k * schedule.poll_s - time.monotonic())):
-                    due = t0 + k * schedule.poll_s
-                    params = schedule.at(due - t0)
-                    if params != self._params:
-                        self._timed_apply(params, due)
-                    k += 1
-
-        self._sched_thread = threading.Thread(target=loop, name=f"netem-{self.name}", daemon=True)
-        self._sched_thread.start()
-
-    def _timed_apply(self, params: LinkParams, due: float) -> None:
-        with self._lock:
-            self._apply(params)
-            now = time.monotonic()
-            self._changes.append(
-                {
-                    "t_s": now - self._t_start,
-                    "lag_ms": (now - due) * 1e3,
-                    "params": params.to_dict(),
-                }
-            )
+        """Follow ``schedule`` from ``t0`` (``time.monotonic()``) with the shared
+        :class:`~testbed.emulation.schedule.ScheduleDriver`; lags recorded."""
+        self._driver.start(schedule, t0)
 
     # -- counters --------------------------------------------------------------------
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         """Per-link counters, measured in the router namespace.
 
         Returns
@@ -377,9 +342,7 @@ class NetemLink:
             m = re.search(r"/\* (ct:[a-z-]+) \*/", line)
             if m:
                 counts[m.group(1)] = counts.get(m.group(1), 0) + int(line.split()[0])
-        part = self._partitioned_s
-        if self._partition_since is not None:
-            part += time.monotonic() - self._partition_since
+        book = self._state.counters()
 
         def tx(dev: str, key: str) -> int:
             return int(links[dev]["stats64"]["tx"][key])
@@ -396,29 +359,24 @@ class NetemLink:
             "dropped_partition": counts.get("ct:partition", 0),
             "qdisc_drops_up": qd["ctr1"],
             "qdisc_drops_down": qd["ctr0"],
-            "partitioned_s": part,
+            "partitioned_s": book["partitioned_s"],
             "stalled_s": None,
             "delay_engine": self._engine,
-            "partition": self._mode(),
-            "params": self._params.to_dict(),
-            "changes": list(self._changes),
+            "partition": book["partition"],
+            "params": book["params"],
+            "changes": book["changes"],
         }
 
     # -- internals -------------------------------------------------------------------
-    def _mode(self) -> str | None:
-        if self._partition is not None:
-            return self._partition
-        return "blackhole" if self._params.partitioned else None
-
     def _apply(self, params: LinkParams) -> None:
         delayed = params.latency_ms > 0 or params.jitter_ms > 0
         if delayed and self._engine is None:
             raise NetemUnavailable(
                 "latency/jitter need sch_netem or NFQUEUE; this kernel has neither"
             )
-        self._params = params
         for dev in ("ctr1", "ctr0"):
             self._qdiscs(dev, params)
+        self._state.set_params(params)
         if self._delay is not None:
             for q in (_Q_UP, _Q_DOWN):
                 self._delay.set_delay(q, params.latency_ms, params.jitter_ms)
@@ -458,14 +416,7 @@ class NetemLink:
 
     def _rules(self) -> None:
         """Rewrite the router's FORWARD chain atomically (iptables-restore)."""
-        now = time.monotonic()
-        mode = self._mode()
-        if mode is not None and self._partition_since is None:
-            self._partition_since = now
-        elif mode is None and self._partition_since is not None:
-            self._partitioned_s += now - self._partition_since
-            self._partition_since = None
-        p = self._params
+        mode, p = self._state.mode, self._state.params
         lines = ["*filter", ":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]"]
         lines.append('-A FORWARD -i ctr0 -p tcp --syn -m comment --comment "ct:syn"')
         if mode == "blackhole":

@@ -132,18 +132,22 @@ class DelayLine:
                 if length < 16:
                     break
                 if kind == (_SUBSYS_QUEUE << 8) | _MSG_PACKET:
-                    (queue,) = struct.unpack_from("!H", buf, off + 18)
-                    a = off + 20
-                    while a + 4 <= off + length:
-                        alen, atype = struct.unpack_from("=HH", buf, a)
-                        if alen < 4:
-                            break
-                        if atype & 0x3FFF == _PACKET_HDR:
-                            (pid,) = struct.unpack_from("!I", buf, a + 4)
-                            self._enqueue(queue, pid, now)
-                            break
-                        a += (alen + 3) & ~3
+                    self._packet(buf, off, length, now)
                 off += (length + 3) & ~3
+
+    def _packet(self, buf: bytearray, off: int, length: int, now: float) -> None:
+        """Queue the packet of the NFQUEUE message at ``buf[off:off + length]``."""
+        (queue,) = struct.unpack_from("!H", buf, off + 18)
+        a = off + 20
+        while a + 4 <= off + length:
+            alen, atype = struct.unpack_from("=HH", buf, a)
+            if alen < 4:
+                return
+            if atype & 0x3FFF == _PACKET_HDR:
+                (pid,) = struct.unpack_from("!I", buf, a + 4)
+                self._enqueue(queue, pid, now)
+                return
+            a += (alen + 3) & ~3
 
     def _enqueue(self, queue: int, pid: int, now: float) -> None:
         if queue not in self._pending:
@@ -173,10 +177,12 @@ class DelayLine:
     def _run(self) -> None:
         buf = bytearray(1 << 18)
         nxt: float | None = None
+        sock = self._sock
+        assert sock is not None
         try:
             while not self._stop.is_set():
                 timeout = 0.05 if nxt is None else min(max(nxt - time.monotonic(), 0.0), 0.05)
-                ready, _, _ = select.select([self._sock], [], [], timeout)
+                ready, _, _ = select.select([sock], [], [], timeout)
                 if ready:
                     self._receive(buf, time.monotonic())
                 nxt = self._release(time.monotonic())

@@ -30,8 +30,9 @@ study-quick: setup  ## the failure study's quick sweep and its report (< 10 min)
 	$(BIN)/testbed run experiments/failure_study_quick.yaml --parallel 2 --out runs/study-quick
 	$(BIN)/testbed report experiments/failure_study_quick.yaml --out runs/study-quick
 
-lint: setup
+lint: setup  ## ruff, then mypy (strict on testbed/ and nodes/, configured in pyproject.toml)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 bench: setup  ## benchmarks that print ratios (not part of `make test`)
 	$(BIN)/python bench/overhead.py

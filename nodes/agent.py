@@ -15,7 +15,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 FLOWER_ENV = {
     "FLWR_TELEMETRY_ENABLED": "0",
@@ -40,7 +42,7 @@ def node_config_arg(config: dict[str, object]) -> str:
 
 def superlink_command(
     port: int, host: str = "127.0.0.1", database: str | None = None, isolation: str = "subprocess"
-) -> list:
+) -> list[str]:
     """Command line of a real ``flower-superlink`` serving all APIs on ``host:port``.
 
     ``isolation="process"`` leaves ServerApp execution to an external SuperExec (the node
@@ -64,7 +66,7 @@ def superlink_command(
 
 def supernode_command(
     superlink: str, port: int, node_config: dict[str, object], warm: bool = True
-) -> list:
+) -> list[str]:
     """Command line of a real ``flower-supernode``.
 
     ``warm`` selects ``--isolation process`` (the agent's warm executor runs tasks)
@@ -110,8 +112,10 @@ def watch_parent() -> None:
     threading.Thread(target=loop, name="watch-parent", daemon=True).start()
 
 
-def _forward_signals(child: subprocess.Popen, on_stop=None) -> None:
-    def handler(signum, _frame):
+def _forward_signals(
+    child: subprocess.Popen[bytes], on_stop: Callable[[], None] | None = None
+) -> None:
+    def handler(_signum: int, _frame: FrameType | None) -> None:
         if on_stop:
             on_stop()
         if child.poll() is None:
@@ -140,10 +144,10 @@ def run_superlink(port: int, host: str = "127.0.0.1", database: str | None = Non
     )
     state = {"stop": False, "restart": False}
 
-    def on_stop(_signum, _frame) -> None:
+    def on_stop(_signum: int, _frame: FrameType | None) -> None:
         state["stop"] = True
 
-    def on_restart(_signum, _frame) -> None:
+    def on_restart(_signum: int, _frame: FrameType | None) -> None:
         state["restart"] = True
 
     signal.signal(signal.SIGTERM, on_stop)

@@ -47,7 +47,7 @@ class NodeControl:
         return self
 
 
-def read_control(path: str | os.PathLike | None) -> NodeControl:
+def read_control(path: str | os.PathLike[str] | None) -> NodeControl:
     """Read a node's control file; a missing or empty path means no fault."""
     if not path:
         return NodeControl()
@@ -58,7 +58,7 @@ def read_control(path: str | os.PathLike | None) -> NodeControl:
     return NodeControl(**{k: v for k, v in data.items() if k in NodeControl.__dataclass_fields__})
 
 
-def write_control(path: str | os.PathLike, control: NodeControl) -> None:
+def write_control(path: str | os.PathLike[str], control: NodeControl) -> None:
     """Atomically replace a node's control file."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)

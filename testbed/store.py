@@ -13,9 +13,39 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+from testbed.rows import (
+    EventRow,
+    InjectionRow,
+    MetricCursorRow,
+    MetricRow,
+    PendingInjection,
+    RunRow,
+    StatusRow,
+    TaggedMetricRow,
+    TimedStatusRow,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "RUN_STATES",
+    "SCHEMA",
+    "EventRow",
+    "InjectionRow",
+    "MetricCursorRow",
+    "MetricRow",
+    "PendingInjection",
+    "RunRow",
+    "RunStore",
+    "StatusRow",
+    "TaggedMetricRow",
+    "TimedStatusRow",
+]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -73,29 +103,6 @@ CREATE INDEX IF NOT EXISTS events_run ON events(run_id, id);
 """
 
 RUN_STATES = ("running", "completed", "failed", "interrupted")
-
-
-@dataclass(frozen=True)
-class RunRow:
-    """A row of the ``runs`` table."""
-
-    run_id: str
-    name: str
-    sweep_id: str | None
-    variant: str | None
-    status: str
-    backend: str | None
-    seed: int | None
-    spec_path: str | None
-    artifact_dir: str | None
-    pid: int | None
-    created_at: float
-    finished_at: float | None
-    summary: str | None
-
-    @property
-    def summary_dict(self) -> dict[str, Any]:
-        return json.loads(self.summary) if self.summary else {}
 
 
 class RunStore:
@@ -279,22 +286,23 @@ class RunStore:
         )
         return int(cur.lastrowid or 0)
 
-    def pending_injections(self, run_id: str) -> list[tuple[int, dict[str, Any]]]:
+    def pending_injections(self, run_id: str) -> list[PendingInjection]:
+        """The queued (``pending``) injections of a run, oldest first, specs decoded."""
         rows = self._db.execute(
             "SELECT id, spec FROM injections WHERE run_id=? AND status='pending' ORDER BY id",
             (run_id,),
         ).fetchall()
-        return [(i, json.loads(s)) for i, s in rows]
+        return [PendingInjection(i, json.loads(s)) for i, s in rows]
 
     def mark_injection(self, inj_id: int, status: str) -> None:
         self._db.execute("UPDATE injections SET status=? WHERE id=?", (status, inj_id))
 
     def injection_status(self, inj_id: int) -> str:
         row = self._db.execute("SELECT status FROM injections WHERE id=?", (inj_id,)).fetchone()
-        return row[0] if row else "unknown"
+        return str(row[0]) if row else "unknown"
 
     # -- reads ----------------------------------------------------------------------
-    def _row(self, values: tuple) -> RunRow:
+    def _row(self, values: tuple[Any, ...]) -> RunRow:
         """A ``runs`` row whose ``artifact_dir`` is the run's folder under this store. The
         recorded path is where the writer saw it: relative to the folder ``testbed run``
         started in, or inside a container, so readers elsewhere could not open it."""
@@ -325,56 +333,68 @@ class RunStore:
             raise KeyError(f"run {run_id!r}: {'no such run' if not rows else 'ambiguous prefix'}")
         return self._row(rows[0])
 
-    def metrics(self, run_id: str, name: str | None = None) -> list[tuple]:
+    def metrics(self, run_id: str, name: str | None = None) -> list[MetricRow]:
         """Rows ``(round, node, name, value, ts)`` ordered by time."""
         q = "SELECT round, node, name, value, ts FROM metrics WHERE run_id=?"
-        args: tuple = (run_id,)
+        args: tuple[str, ...] = (run_id,)
         if name:
             q, args = q + " AND name=?", (run_id, name)
-        return self._db.execute(q + " ORDER BY id", args).fetchall()
+        return [MetricRow(*r) for r in self._db.execute(q + " ORDER BY id", args)]
 
-    def events(self, run_id: str, since_id: int = 0) -> list[tuple]:
+    def events(self, run_id: str, since_id: int = 0) -> list[EventRow]:
         """Rows ``(id, ts, kind, round, node, data)`` after ``since_id``."""
-        return self._db.execute(
+        rows = self._db.execute(
             "SELECT id, ts, kind, round, node, data FROM events WHERE run_id=? AND id>?"
             " ORDER BY id",
             (run_id, since_id),
-        ).fetchall()
+        )
+        return [EventRow(*r) for r in rows]
 
-    def metrics_since(self, run_id: str, since_id: int = 0) -> list[tuple]:
+    def metrics_since(self, run_id: str, since_id: int = 0) -> list[MetricCursorRow]:
         """Rows ``(id, round, node, name, value, ts)`` after ``since_id`` (a cursor)."""
-        return self._db.execute(
+        rows = self._db.execute(
             "SELECT id, round, node, name, value, ts FROM metrics WHERE run_id=? AND id>?"
             " ORDER BY id",
             (run_id, since_id),
-        ).fetchall()
+        )
+        return [MetricCursorRow(*r) for r in rows]
 
-    def injections(self, run_id: str) -> list[tuple]:
+    def injections(self, run_id: str) -> list[InjectionRow]:
         """Rows ``(id, ts, spec, status)`` of the live injections into a run."""
-        return self._db.execute(
+        rows = self._db.execute(
             "SELECT id, ts, spec, status FROM injections WHERE run_id=? ORDER BY id", (run_id,)
-        ).fetchall()
+        )
+        return [InjectionRow(*r) for r in rows]
 
-    def round_status(self, run_id: str, with_ts: bool = False) -> list[tuple]:
+    @overload
+    def round_status(self, run_id: str, with_ts: Literal[False] = False) -> list[StatusRow]: ...
+
+    @overload
+    def round_status(self, run_id: str, with_ts: Literal[True]) -> list[TimedStatusRow]: ...
+
+    def round_status(
+        self, run_id: str, with_ts: bool = False
+    ) -> list[StatusRow] | list[TimedStatusRow]:
         """Rows ``(round, node, status, reason[, ts])`` ordered by round and node."""
-        cols = "round, node, status, reason" + (", ts" if with_ts else "")
-        return self._db.execute(
-            f"SELECT {cols} FROM round_status WHERE run_id=? ORDER BY round, node", (run_id,)
-        ).fetchall()
+        q = "SELECT round, node, status, reason, ts FROM round_status WHERE run_id=?"
+        rows = self._db.execute(q + " ORDER BY round, node", (run_id,)).fetchall()
+        if with_ts:
+            return [TimedStatusRow(*r) for r in rows]
+        return [StatusRow(*r[:4]) for r in rows]
 
     def metric_names(self) -> set[str]:
         """Names of all metrics recorded so far (any run)."""
         return {r[0] for r in self._db.execute("SELECT DISTINCT name FROM metrics")}
 
-    def tagged_metrics(self, run_id: str) -> list[tuple]:
+    def tagged_metrics(self, run_id: str) -> list[TaggedMetricRow]:
         """Rows ``(round, node, name, value, tags dict)`` of a run, in order."""
         rows = self._db.execute(
             "SELECT round, node, name, value, tags FROM metrics WHERE run_id=? ORDER BY id",
             (run_id,),
         ).fetchall()
-        return [(r, n, k, v, json.loads(t) if t else {}) for r, n, k, v, t in rows]
+        return [TaggedMetricRow(r, n, k, v, json.loads(t) if t else {}) for r, n, k, v, t in rows]
 
-    def metrics_frame(self, run_id: str):
+    def metrics_frame(self, run_id: str) -> pd.DataFrame:
         """All metrics of a run as a pandas DataFrame."""
         import pandas as pd
 

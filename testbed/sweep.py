@@ -38,7 +38,7 @@ def run_parallel(
     logs = out / "sweep-logs" / sweep_id
     logs.mkdir(parents=True, exist_ok=True)
     counts = {"completed": 0, "failed": 0, "skipped": done}
-    running: dict[int, subprocess.Popen] = {}
+    running: dict[int, subprocess.Popen[bytes]] = {}
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import multiprocessing
 import subprocess
 import sys
@@ -104,3 +106,74 @@ def test_run_folder_is_found_from_any_working_directory(
     reader = RunStore(tmp_path / "runs")
     for row in (reader.run("r1"), reader.runs()[0]):
         assert (Path(row.artifact_dir) / "meta.json").read_text() == "{}"
+
+
+def test_rows_are_typed_records_read_back_from_sqlite(tmp_path: Path) -> None:
+    """Every read gives a named, immutable row: fields by name, same values by position."""
+    from testbed.store import (
+        EventRow,
+        InjectionRow,
+        MetricCursorRow,
+        MetricRow,
+        PendingInjection,
+        StatusRow,
+        TaggedMetricRow,
+        TimedStatusRow,
+    )
+
+    s = RunStore(tmp_path)
+    s.create_run("r1", "demo", seed=3, backend="local", sweep_id="sw", variant="v1")
+    s.add_metric("r1", "train_loss", 0.25, round=2, node="e1", ts=10.0, tags={"kind": "fit"})
+    s.add_event("r1", "node_killed", round=2, node="e1", ts=11.0, signal="SIGKILL")
+    s.set_status("r1", 2, "e1", "failed", "killed", ts=12.0)
+    inj = s.add_injection("r1", {"kind": "kill", "target": "e1"})
+    reader = RunStore(tmp_path)  # a second connection: values come back from the file
+
+    [m] = reader.metrics("r1", "train_loss")
+    assert isinstance(m, MetricRow)
+    assert (m.round, m.node, m.name, m.value, m.ts) == (2, "e1", "train_loss", 0.25, 10.0)
+    rnd, node, name, value, ts = m  # positional unpacking keeps working
+    assert (rnd, node, name, value, ts) == tuple(m) and m._fields[3] == "value"
+
+    [c] = reader.metrics_since("r1", 0)
+    assert isinstance(c, MetricCursorRow) and c.id >= 1 and c[1:] == tuple(m)
+    assert reader.metrics_since("r1", c.id) == []
+
+    [t] = reader.tagged_metrics("r1")
+    assert isinstance(t, TaggedMetricRow) and t.tags == {"kind": "fit"} and t.value == 0.25
+
+    [e] = reader.events("r1")
+    assert isinstance(e, EventRow)
+    assert (e.kind, e.round, e.node, e.ts) == ("node_killed", 2, "e1", 11.0)
+    assert e.data_dict == {"signal": "SIGKILL"} and e[2] == e.kind
+
+    [st] = reader.round_status("r1")
+    assert isinstance(st, StatusRow) and st == (2, "e1", "failed", "killed")
+    assert (st.round, st.node, st.status, st.reason) == (2, "e1", "failed", "killed")
+    [tst] = reader.round_status("r1", with_ts=True)
+    assert isinstance(tst, TimedStatusRow) and tst.ts == 12.0 and tst[:4] == st
+
+    [p] = reader.pending_injections("r1")
+    assert isinstance(p, PendingInjection) and p.id == inj and p.spec["kind"] == "kill"
+    reader.mark_injection(inj, "applied")
+    assert reader.pending_injections("r1") == []
+    [i] = reader.injections("r1")
+    assert isinstance(i, InjectionRow) and (i.id, i.status) == (inj, "applied")
+    assert json.loads(i.spec) == {"kind": "kill", "target": "e1"}
+
+    run = reader.run("r1")
+    assert (run.sweep_id, run.variant, run.seed, run.status) == ("sw", "v1", 3, "running")
+    with pytest.raises(AttributeError):
+        m.value = 1.0  # type: ignore[misc]  # rows are immutable: this must fail
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.status = "completed"  # type: ignore[misc]  # likewise for a run
+
+
+def test_rows_of_an_empty_event_and_an_unknown_injection(tmp_path: Path) -> None:
+    s = RunStore(tmp_path)
+    s._db.execute(  # an event row without data (NULL), as an old store could hold
+        "INSERT INTO events (run_id, ts, kind) VALUES ('r', 1.0, 'fleet_ready')"
+    )
+    [e] = s.events("r")
+    assert e.data is None and e.data_dict == {} and e.round is None and e.node is None
+    assert s.injection_status(12345) == "unknown"

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 EPS = 2.0**-52
 UNFL = 2.2250738585072014e-308
-TOL = max(10.0, min(100.0, EPS**-0.125)) * EPS  # LAPACK dbdsqr's default relative tolerance
+TOL: float = max(10.0, min(100.0, EPS**-0.125)) * EPS  # LAPACK dbdsqr's default relative tolerance
 SCALAR_FLOPS_PER_STEP = 20
 
 
@@ -138,6 +138,136 @@ def _apply_sweeps(
     ut[lo : lo + k + 1] = m[1] @ ut[lo : lo + k + 1]
 
 
+def _threshold(d: list[float], e: list[float], maxit: int) -> float:
+    """Absolute convergence threshold (LAPACK dbdsqr, relative accuracy: ``sminoa``)."""
+    n = len(d)
+    if n <= 1:
+        return 0.0
+    sminoa = abs(d[0])
+    mu = sminoa
+    for i in range(1, n):
+        if sminoa == 0.0:
+            break
+        mu = abs(d[i]) * (mu / (mu + abs(e[i - 1])))
+        sminoa = min(sminoa, mu)
+    sminoa /= math.sqrt(n)
+    return max(TOL * sminoa, maxit * UNFL)
+
+
+def _bottom_block(d: list[float], e: list[float], hi: int, thresh: float) -> tuple[int, float]:
+    """Start ``lo`` of the bottom unreduced block ``lo..hi`` (negligible ``e`` zeroed) and
+    the largest magnitude in it."""
+    smax = abs(d[hi])
+    for ll in range(hi - 1, -1, -1):
+        abse = abs(e[ll])
+        if abse <= thresh:
+            e[ll] = 0.0
+            return ll + 1, smax
+        smax = max(smax, abs(d[ll]), abse)
+    return 0, smax
+
+
+def _relative_min(d: list[float], e: list[float], lo: int, hi: int) -> float | None:
+    """Demmel-Kahan relative convergence tests on block ``lo..hi``: zero a negligible
+    ``e`` and return None (the block split), else the estimate of its smallest value."""
+    if abs(e[hi - 1]) <= TOL * abs(d[hi]):
+        e[hi - 1] = 0.0
+        return None
+    mu = abs(d[lo])
+    sminl = mu
+    for i in range(lo, hi):
+        if abs(e[i]) <= TOL * mu:
+            e[i] = 0.0
+            return None
+        mu = abs(d[i + 1]) * (mu / (mu + abs(e[i])))
+        sminl = min(sminl, mu)
+    return sminl
+
+
+def _shift(d: list[float], e: list[float], lo: int, hi: int, relative_gap: float) -> float:
+    """Shift of the next sweep: zero when it would destroy the relative accuracy of the
+    smallest value (``relative_gap = n tol sminl / smax``), else from the trailing 2x2."""
+    if relative_gap <= max(EPS, 0.01 * TOL):
+        return 0.0
+    sll = abs(d[lo])
+    shift = las2(d[hi - 1], e[hi - 1], d[hi])
+    if sll > 0.0 and (shift / sll) ** 2 < EPS:
+        return 0.0
+    return shift
+
+
+Rotations = tuple[list[float], list[float], list[float], list[float]]
+"""One sweep's rotations: right cosines, right sines, left cosines, left sines."""
+
+
+def _zero_shift_sweep(d: list[float], e: list[float], lo: int, hi: int) -> Rotations:
+    """Demmel-Kahan zero-shift QR sweep on block ``lo..hi``, in place."""
+    rc: list[float] = []
+    rs: list[float] = []
+    lc: list[float] = []
+    ls: list[float] = []
+    cs = 1.0
+    oldcs = 1.0
+    oldsn = 0.0
+    for i in range(lo, hi):
+        cs, sn, r = lartg(d[i] * cs, e[i])
+        if i > lo:
+            e[i - 1] = oldsn * r
+        oldcs, oldsn, d[i] = lartg(oldcs * r, d[i + 1] * sn)
+        rc.append(cs)
+        rs.append(sn)
+        lc.append(oldcs)
+        ls.append(oldsn)
+    h = d[hi] * cs
+    d[hi] = h * oldcs
+    e[hi - 1] = h * oldsn
+    return rc, rs, lc, ls
+
+
+def _shifted_sweep(d: list[float], e: list[float], lo: int, hi: int, shift: float) -> Rotations:
+    """Golub-Kahan implicit-shift QR sweep on block ``lo..hi``, in place."""
+    rc: list[float] = []
+    rs: list[float] = []
+    lc: list[float] = []
+    ls: list[float] = []
+    f = (abs(d[lo]) - shift) * (math.copysign(1.0, d[lo]) + shift / d[lo])
+    g = e[lo]
+    for i in range(lo, hi):
+        cosr, sinr, r = lartg(f, g)
+        if i > lo:
+            e[i - 1] = r
+        f = cosr * d[i] + sinr * e[i]
+        e[i] = cosr * e[i] - sinr * d[i]
+        g = sinr * d[i + 1]
+        d[i + 1] = cosr * d[i + 1]
+        cosl, sinl, r = lartg(f, g)
+        d[i] = r
+        f = cosl * e[i] + sinl * d[i + 1]
+        d[i + 1] = cosl * d[i + 1] - sinl * e[i]
+        if i < hi - 1:
+            g = sinl * e[i + 1]
+            e[i + 1] = cosl * e[i + 1]
+        rc.append(cosr)
+        rs.append(sinr)
+        lc.append(cosl)
+        ls.append(sinl)
+    e[hi - 1] = f
+    return rc, rs, lc, ls
+
+
+def _sorted(
+    d: list[float], ut: torch.Tensor, vt: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Make the values non-negative (flipping rows of ``vt``), then sort them descending."""
+    for i in range(len(d)):
+        if d[i] < 0.0:
+            d[i] = -d[i]
+            vt[i].neg_()
+    s = torch.tensor(d, dtype=ut.dtype)
+    order = torch.argsort(s, descending=True)
+    return s[order], ut[order], vt[order]
+
+
 def bdsqr(
     d: list[float], e: list[float], ut: torch.Tensor, vt: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int, int]:
@@ -171,122 +301,35 @@ def bdsqr(
     flops = 0
     nbytes = 0
     sweeps = 0
-    item = ut.element_size()
-    row_cost_u = ut.shape[1]
-    row_cost_v = vt.shape[1]
-    rot_flops = 6 * (row_cost_u + row_cost_v)
-    rot_bytes = 4 * (row_cost_u + row_cost_v) * item
+    row_cost = ut.shape[1] + vt.shape[1]
+    rot_flops = 6 * row_cost
+    rot_bytes = 4 * row_cost * ut.element_size()
     maxit = 6 * n * n
-    if n > 1:
-        sminoa = abs(d[0])
-        mu = sminoa
-        for i in range(1, n):
-            if sminoa == 0.0:
-                break
-            mu = abs(d[i]) * (mu / (mu + abs(e[i - 1])))
-            sminoa = min(sminoa, mu)
-        sminoa /= math.sqrt(n)
-        thresh = max(TOL * sminoa, maxit * UNFL)
-    else:
-        thresh = 0.0
+    thresh = _threshold(d, e, maxit)
     hi = n - 1
     iters = 0
     while hi > 0:
         if iters > maxit:
             raise BdsqrError(f"bdsqr did not converge after {iters} inner steps (n={n})")
-        # Find the bottom unreduced block lo..hi.
-        smax = abs(d[hi])
-        lo = 0
-        for ll in range(hi - 1, -1, -1):
-            abse = abs(e[ll])
-            if abse <= thresh:
-                e[ll] = 0.0
-                lo = ll + 1
-                break
-            smax = max(smax, abs(d[ll]), abse)
+        lo, smax = _bottom_block(d, e, hi, thresh)
         if lo == hi:
             hi -= 1
             continue
-        # Relative convergence tests (Demmel-Kahan).
-        if abs(e[hi - 1]) <= TOL * abs(d[hi]):
-            e[hi - 1] = 0.0
+        sminl = _relative_min(d, e, lo, hi)
+        if sminl is None:
             continue
-        mu = abs(d[lo])
-        sminl = mu
-        split = False
-        for i in range(lo, hi):
-            if abs(e[i]) <= TOL * mu:
-                e[i] = 0.0
-                split = True
-                break
-            mu = abs(d[i + 1]) * (mu / (mu + abs(e[i])))
-            sminl = min(sminl, mu)
-        if split:
-            continue
-        # Shift: zero if it would destroy relative accuracy of the smallest value.
-        if n * TOL * (sminl / smax) <= max(EPS, 0.01 * TOL):
-            shift = 0.0
-        else:
-            sll = abs(d[lo])
-            shift = las2(d[hi - 1], e[hi - 1], d[hi])
-            if sll > 0.0 and (shift / sll) ** 2 < EPS:
-                shift = 0.0
-        iters += hi - lo
-        sweeps += 1
+        shift = _shift(d, e, lo, hi, n * TOL * (sminl / smax))
         steps = hi - lo
+        iters += steps
+        sweeps += 1
         flops += steps * (SCALAR_FLOPS_PER_STEP + rot_flops)
         nbytes += steps * rot_bytes
-        rc: list[float] = []
-        rs: list[float] = []
-        lc: list[float] = []
-        ls: list[float] = []
         if shift == 0.0:
-            cs = 1.0
-            oldcs = 1.0
-            oldsn = 0.0
-            for i in range(lo, hi):
-                cs, sn, r = lartg(d[i] * cs, e[i])
-                if i > lo:
-                    e[i - 1] = oldsn * r
-                oldcs, oldsn, d[i] = lartg(oldcs * r, d[i + 1] * sn)
-                rc.append(cs)
-                rs.append(sn)
-                lc.append(oldcs)
-                ls.append(oldsn)
-            h = d[hi] * cs
-            d[hi] = h * oldcs
-            e[hi - 1] = h * oldsn
+            rotations = _zero_shift_sweep(d, e, lo, hi)
         else:
-            f = (abs(d[lo]) - shift) * (math.copysign(1.0, d[lo]) + shift / d[lo])
-            g = e[lo]
-            for i in range(lo, hi):
-                cosr, sinr, r = lartg(f, g)
-                if i > lo:
-                    e[i - 1] = r
-                f = cosr * d[i] + sinr * e[i]
-                e[i] = cosr * e[i] - sinr * d[i]
-                g = sinr * d[i + 1]
-                d[i + 1] = cosr * d[i + 1]
-                cosl, sinl, r = lartg(f, g)
-                d[i] = r
-                f = cosl * e[i] + sinl * d[i + 1]
-                d[i + 1] = cosl * d[i + 1] - sinl * e[i]
-                if i < hi - 1:
-                    g = sinl * e[i + 1]
-                    e[i + 1] = cosl * e[i + 1]
-                rc.append(cosr)
-                rs.append(sinr)
-                lc.append(cosl)
-                ls.append(sinl)
-            e[hi - 1] = f
-        _apply_sweeps(vt, ut, lo, rc, rs, lc, ls)
+            rotations = _shifted_sweep(d, e, lo, hi, shift)
+        _apply_sweeps(vt, ut, lo, *rotations)
         if abs(e[hi - 1]) <= thresh:
             e[hi - 1] = 0.0
-    for i in range(n):
-        if d[i] < 0.0:
-            d[i] = -d[i]
-            vt[i].neg_()
-    s = torch.tensor(d, dtype=ut.dtype)
-    order = torch.argsort(s, descending=True)
-    flops += n
-    return s[order], ut[order], vt[order], flops, nbytes, sweeps
+    s, ut, vt = _sorted(d, ut, vt)
+    return s, ut, vt, flops + n, nbytes, sweeps

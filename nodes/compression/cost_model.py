@@ -19,6 +19,7 @@ them by name.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
 
 PAPER_REFERENCE = {
     "speedup_x": 1.7,
@@ -101,15 +102,16 @@ def get_profile(name: str, overrides: dict[str, float] | None = None) -> EngineP
     """
     if name not in PROFILES:
         raise ValueError(f"engine profile {name!r} unknown; allowed: {sorted(PROFILES)}")
-    overrides = dict(overrides or {})
-    for key, value in overrides.items():
+    # dict[str, Any]: the keys are checked against NUMERIC_FIELDS (float fields) below
+    changes: dict[str, Any] = dict(overrides or {})
+    for key, value in changes.items():
         if key not in NUMERIC_FIELDS:
             raise ValueError(f"engine override {key!r} unknown; allowed: {list(NUMERIC_FIELDS)}")
         if not value > 0:
             raise ValueError(f"engine override {key}={value} must be > 0")
-    prof = replace(PROFILES[name], **overrides)
-    if overrides:
-        prof = replace(prof, source=prof.source + f"; overridden: {overrides}")
+    prof = replace(PROFILES[name], **changes)
+    if changes:
+        prof = replace(prof, source=prof.source + f"; overridden: {changes}")
     return prof
 
 

@@ -140,10 +140,10 @@ def load_cifar10(path: Path | str, train: bool, limit: int | None = None) -> Spl
         total += len(y)
         if limit is not None and total >= limit:
             break
-    x = torch.from_numpy(np.concatenate(xs)).float() / 255.0
-    y = torch.from_numpy(np.concatenate(ys))
+    xt = torch.from_numpy(np.concatenate(xs)).float() / 255.0
+    yt = torch.from_numpy(np.concatenate(ys))
     if limit is not None:
-        x, y = x[:limit], y[:limit]
+        xt, yt = xt[:limit], yt[:limit]
     mean = torch.tensor(CIFAR_MEAN).reshape(1, 3, 1, 1)
     std = torch.tensor(CIFAR_STD).reshape(1, 3, 1, 1)
-    return Split((x - mean) / std, y)
+    return Split((xt - mean) / std, yt)

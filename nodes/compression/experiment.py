@@ -15,19 +15,28 @@ import json
 import pathlib
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 from torch import nn
 
 from nodes.compression.config import CompressSpec
-from nodes.compression.cost_model import PAPER_REFERENCE, get_profile, modelled_cost, profile_record
+from nodes.compression.cost_model import (
+    PAPER_REFERENCE,
+    EngineProfile,
+    get_profile,
+    modelled_cost,
+    profile_record,
+)
 from nodes.compression.data import Split, load_cifar10, load_digits_split
 from nodes.compression.layers import compress_module
 from nodes.compression.resnet import resnet32
 from nodes.compression.svd import PAPER_PHASES, SvdStats
 from nodes.compression.train import DigitsCNN, accuracy, train_steps
 
-Report = Callable[[dict], None]
+Record = dict[str, Any]
+"""A JSON record: a metric report, a per-eps or per-layer row, the summary."""
+Report = Callable[[Record], None]
 Progress = Callable[[str, float], None]
 CSV_FIELDS = (
     "eps", "ratio", "params_before", "params_after", "layers_compressed", "weight_rel_error",
@@ -77,7 +86,7 @@ def _count_phases(model: nn.Module, spec: CompressSpec, eps: float) -> SvdStats:
     return res.svd_stats
 
 
-def _plot(rows: list[dict], out_dir: pathlib.Path, title: str) -> list[str]:
+def _plot(rows: list[Record], out_dir: pathlib.Path, title: str) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -121,12 +130,12 @@ def _plot(rows: list[dict], out_dir: pathlib.Path, title: str) -> list[str]:
 
 
 def run_compress(
-    spec: CompressSpec,
+    spec: CompressSpec | Mapping[str, Any],
     seed: int,
     out_dir: pathlib.Path,
     report: Report | None = None,
     progress: Progress | None = None,
-) -> dict:
+) -> Record:
     """Run the TT-Edge compression experiment.
 
     Parameters
@@ -168,7 +177,7 @@ def _metric(emit: Report, name: str, value: float, step: int | None, **tags: obj
 
 
 def _run(spec: CompressSpec, seed: int, out_dir: pathlib.Path, emit: Report,
-         say: Progress) -> dict:
+         say: Progress) -> Record:
     t_start = time.perf_counter()
     torch.manual_seed(seed)
     say("loading data", 0.0)
@@ -181,8 +190,8 @@ def _run(spec: CompressSpec, seed: int, out_dir: pathlib.Path, emit: Report,
     acc0 = accuracy(model, test)
     _metric(emit, "accuracy_before", acc0, None, kind="measured")
     profile = get_profile(spec.engine_profile, dict(spec.engine_overrides))
-    rows: list[dict] = []
-    layer_rows: list[dict] = []
+    rows: list[Record] = []
+    layer_rows: list[Record] = []
     n = len(spec.eps_list)
     for i, eps in enumerate(spec.eps_list):
         say(f"compressing eps={eps}", 0.1 + 0.85 * i / n)
@@ -194,7 +203,7 @@ def _run(spec: CompressSpec, seed: int, out_dir: pathlib.Path, emit: Report,
         tuned = copy.deepcopy(res.model)
         ft = train_steps(tuned, train, ft_steps, spec.finetune_lr, spec.batch_size, seed + 1)
         acc2 = accuracy(tuned, test) if ft_steps > 0 else acc1
-        row: dict = {
+        row: Record = {
             "eps": eps, "ratio": res.ratio, "params_before": res.params_before,
             "params_after": res.params_after, "layers_compressed": len(res.layers),
             "weight_rel_error": res.weight_rel_error,
@@ -238,7 +247,8 @@ def _run(spec: CompressSpec, seed: int, out_dir: pathlib.Path, emit: Report,
 
 
 def _write(out_dir: pathlib.Path, spec: CompressSpec, seed: int, model_name: str,
-           tr: dict, rows: list[dict], layer_rows: list[dict], profile: object) -> list[str]:
+           tr: dict[str, float], rows: list[Record], layer_rows: list[Record],
+           profile: EngineProfile) -> list[str]:
     record = {
         "spec": spec.model_dump(mode="json"), "seed": seed, "model": model_name,
         "train": tr, "rows": rows, "layers": layer_rows,

@@ -151,13 +151,15 @@ class CompressionResult:
         return self.params_before / max(self.params_after, 1)
 
 
-def compressible_layers(model: nn.Module, min_numel: int) -> list[tuple[str, nn.Module]]:
+def compressible_layers(
+    model: nn.Module, min_numel: int
+) -> list[tuple[str, nn.Conv2d | nn.Linear]]:
     """Conv2d / Linear modules whose weight has at least ``min_numel`` entries."""
-    return [
-        (name, mod)
-        for name, mod in model.named_modules()
-        if isinstance(mod, nn.Conv2d | nn.Linear) and mod.weight.numel() >= min_numel
-    ]
+    found: list[tuple[str, nn.Conv2d | nn.Linear]] = []
+    for name, mod in model.named_modules():
+        if isinstance(mod, nn.Conv2d | nn.Linear) and mod.weight.numel() >= min_numel:
+            found.append((name, mod))
+    return found
 
 
 def _set_submodule(root: nn.Module, name: str, new: nn.Module) -> None:

@@ -69,7 +69,8 @@ class ResNetCifar(nn.Module):
         out = F.relu(self.bn1(self.conv1(x)))
         out = self.layers(out)
         out = F.adaptive_avg_pool2d(out, 1).flatten(1)
-        return self.fc(out)
+        logits: torch.Tensor = self.fc(out)
+        return logits
 
 
 def resnet32(num_classes: int = 10) -> ResNetCifar:

@@ -27,7 +27,8 @@ class DigitsCNN(nn.Module):
         x = F.relu(self.conv1(x))
         x = F.max_pool2d(F.relu(self.conv2(x)), 2)
         x = F.max_pool2d(F.relu(self.conv3(x)), 2)
-        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+        logits: torch.Tensor = self.fc2(F.relu(self.fc1(x.flatten(1))))
+        return logits
 
 
 def train_steps(
@@ -82,7 +83,7 @@ def train_steps(
         pos += batch_size
         loss = F.cross_entropy(model(data.x[idx]), data.y[idx])
         opt.zero_grad()
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves backward unannotated
         opt.step()
         loss_v = float(loss.detach())
         done += 1

@@ -254,32 +254,40 @@ def _framework_imports(tree: ast.Module) -> tuple[dict[str, str], list[_Finding]
     findings: list[_Finding] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            for alias in node.names:
-                top = alias.name.partition(".")[0]
-                if top not in FRAMEWORKS:
-                    continue
-                if alias.asname:
-                    bindings[alias.asname] = alias.name
-                    shown = f"{alias.name} as {alias.asname}"
-                else:  # `import torch.nn` binds `torch`
-                    bindings[top] = top
-                    shown = alias.name
-                findings.append(
-                    _Finding(node.lineno, "cpu_preferred", f"imports {shown} (framework)")
-                )
+            findings += _import_findings(node, bindings)
         elif isinstance(node, ast.ImportFrom):
-            if node.level or not node.module:
-                continue
-            if node.module.partition(".")[0] not in FRAMEWORKS:
-                continue
-            names = []
-            for alias in node.names:
-                if alias.name != "*":
-                    bindings[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-                names.append(f"{alias.name} as {alias.asname}" if alias.asname else alias.name)
-            text = f"imports {', '.join(names)} from {node.module} (framework)"
-            findings.append(_Finding(node.lineno, "cpu_preferred", text))
+            findings += _import_from_findings(node, bindings)
     return bindings, findings
+
+
+def _import_findings(node: ast.Import, bindings: dict[str, str]) -> list[_Finding]:
+    """``import fw[.sub] [as x]``: bind the local name; one finding per framework."""
+    found = []
+    for alias in node.names:
+        top = alias.name.partition(".")[0]
+        if top not in FRAMEWORKS:
+            continue
+        if alias.asname:
+            bindings[alias.asname] = alias.name
+            shown = f"{alias.name} as {alias.asname}"
+        else:  # `import torch.nn` binds `torch`
+            bindings[top] = top
+            shown = alias.name
+        found.append(_Finding(node.lineno, "cpu_preferred", f"imports {shown} (framework)"))
+    return found
+
+
+def _import_from_findings(node: ast.ImportFrom, bindings: dict[str, str]) -> list[_Finding]:
+    """``from fw[.sub] import a [as b], ...``: bind the names; one finding for the line."""
+    if node.level or not node.module or node.module.partition(".")[0] not in FRAMEWORKS:
+        return []
+    names = []
+    for alias in node.names:
+        if alias.name != "*":
+            bindings[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        names.append(f"{alias.name} as {alias.asname}" if alias.asname else alias.name)
+    text = f"imports {', '.join(names)} from {node.module} (framework)"
+    return [_Finding(node.lineno, "cpu_preferred", text)]
 
 
 def _call_findings(node: ast.Call, bindings: dict[str, str]) -> list[_Finding]:

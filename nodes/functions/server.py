@@ -45,11 +45,20 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, ClassVar
 
+from nodes.functions.protocol import (
+    ColdStart,
+    FunctionStats,
+    Invocation,
+    Request,
+    RuntimeStats,
+    WorkerReply,
+)
 from nodes.functions.worker import worker_env
 
 
@@ -63,7 +72,7 @@ class Backend:
 
     kind: str  # cpu | gpu
     label: str  # cpu | gpu-emulated | gpu-cuda
-    proc: subprocess.Popen
+    proc: subprocess.Popen[str]
     started: float
     ready: float = 0.0
     stopped: float | None = None
@@ -72,25 +81,32 @@ class Backend:
     v_free: float = 0.0  # virtual clock: when the emulated device is free again
     next_id: int = 0
 
-    def call(self, request: dict) -> dict:
+    def _pipe(self, stream: IO[str] | None) -> IO[str]:
+        if stream is None:  # started without pipes: not a backend of this runtime
+            raise BackendError(f"{self.label} backend has no pipe to its worker")
+        return stream
+
+    def call(self, request: Request) -> WorkerReply:
         """One request (the caller holds ``lock``)."""
         self.next_id += 1
+        stdin, stdout = self._pipe(self.proc.stdin), self._pipe(self.proc.stdout)
         try:
-            self.proc.stdin.write(json.dumps({"id": self.next_id, "request": request}) + "\n")
-            self.proc.stdin.flush()
-            line = self.proc.stdout.readline()
+            stdin.write(json.dumps({"id": self.next_id, "request": request}) + "\n")
+            stdin.flush()
+            line = stdout.readline()
         except (BrokenPipeError, ValueError) as exc:
             raise BackendError(f"{self.label} backend died: {exc}") from exc
         if not line:
             raise BackendError(f"{self.label} backend exited (code {self.proc.poll()})")
-        return json.loads(line)
+        reply: WorkerReply = json.loads(line)
+        return reply
 
     def stop(self) -> None:
         if self.stopped is None:
             self.stopped = time.monotonic()
         if self.proc.poll() is None:
             try:
-                self.proc.stdin.close()  # the worker exits at end of input
+                self._pipe(self.proc.stdin).close()  # the worker exits at end of input
             except BrokenPipeError:  # it is already going (its group got SIGTERM)
                 pass
             try:
@@ -110,12 +126,12 @@ class Backend:
 class Function:
     name: str
     module: str
-    warmup: dict | None
+    warmup: Request | None
     active: Backend
     retired: list[Backend] = field(default_factory=list)
     requests: int = 0
     errors: int = 0
-    cold_starts: list[dict] = field(default_factory=list)
+    cold_starts: list[ColdStart] = field(default_factory=list)
     switching: bool = False
 
 
@@ -148,10 +164,11 @@ class NodeRuntime:
     @property
     def gpu_speedup(self) -> float:
         p = self.profile
-        return p["gpu_fp32_tflops"] * 1e3 * p.get("gpu_efficiency", 0.25) / self.host_gflops
+        tflops, efficiency = float(p["gpu_fp32_tflops"]), float(p.get("gpu_efficiency", 0.25))
+        return tflops * 1e3 * efficiency / self.host_gflops
 
     # -- backends ------------------------------------------------------------------
-    def _start_backend(self, module: str, kind: str, warmup: dict | None) -> Backend:
+    def _start_backend(self, module: str, kind: str, warmup: Request | None) -> Backend:
         if kind == "gpu" and self.gpu is None:
             raise BackendError(f"node {self.node} has no GPU (profile gpu_fp32_tflops unset)")
         label = "cpu" if kind == "cpu" else f"gpu-{self.gpu}"
@@ -165,7 +182,7 @@ class NodeRuntime:
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=worker_env()
         )
         b = Backend(kind, label, proc, started=t0)
-        line = proc.stdout.readline()
+        line = b._pipe(proc.stdout).readline()
         msg = json.loads(line) if line else {"ready": False, "error": f"exit {proc.wait()}"}
         if not msg.get("ready"):
             b.stop()
@@ -177,7 +194,9 @@ class NodeRuntime:
         b.v_free = b.ready
         return b
 
-    def deploy(self, name: str, module: str, kind: str, warmup: dict | None = None) -> dict:
+    def deploy(
+        self, name: str, module: str, kind: str, warmup: Request | None = None
+    ) -> ColdStart:
         b = self._start_backend(module, kind, warmup)
         fn = Function(name, module, warmup, b)
         with self._lock:
@@ -185,14 +204,14 @@ class NodeRuntime:
             self.functions[name] = fn
         if old is not None:
             old.active.stop()
-        rec = {"function": name, "backend": b.label, "cold_start_s": b.cold_start_s}
+        rec = ColdStart(function=name, backend=b.label, cold_start_s=b.cold_start_s)
         fn.cold_starts.append(rec)
         return rec
 
-    def switch(self, name: str, kind: str) -> dict:
+    def switch(self, name: str, kind: str) -> ColdStart:
         fn = self.functions[name]
         if fn.active.kind == kind:
-            return {"function": name, "backend": fn.active.label, "cold_start_s": 0.0}
+            return ColdStart(function=name, backend=fn.active.label, cold_start_s=0.0)
         fn.switching = True
         try:
             b = self._start_backend(fn.module, kind, fn.warmup)
@@ -202,7 +221,7 @@ class NodeRuntime:
         with old.lock:  # let its in-flight request finish
             old.stop()
         fn.retired.append(old)
-        rec = {"function": name, "backend": b.label, "cold_start_s": b.cold_start_s}
+        rec = ColdStart(function=name, backend=b.label, cold_start_s=b.cold_start_s)
         fn.cold_starts.append(rec)
         return rec
 
@@ -226,7 +245,7 @@ class NodeRuntime:
         # host contention); a faster one only on the virtual clock
         return wait_s + cpu_s / speed, "stretched" if speed <= 1.0 else "modelled"
 
-    def invoke(self, name: str, request: dict, t_arrival: float) -> dict:
+    def invoke(self, name: str, request: Request, t_arrival: float) -> Invocation:
         fn = self.functions.get(name)
         if fn is None:
             raise KeyError(name)
@@ -245,29 +264,29 @@ class NodeRuntime:
                 break
         fn.requests += 1
         fn.errors += res["error"] is not None
-        return {
-            "output": res["response"],
-            "error": res["error"],
-            "backend": b.label,
-            "timing": timing,
-            "service_ms": service * 1e3,
-            "server_ms": (b.v_free - t_arrival) * 1e3,
-            "server_wall_ms": (time.monotonic() - t_arrival) * 1e3,
-        }
+        return Invocation(
+            output=res["response"],
+            error=res["error"],
+            backend=b.label,
+            timing=timing,
+            service_ms=service * 1e3,
+            server_ms=(b.v_free - t_arrival) * 1e3,
+            server_wall_ms=(time.monotonic() - t_arrival) * 1e3,
+        )
 
-    def stats(self) -> dict:
+    def stats(self) -> RuntimeStats:
         now = time.monotonic()
-        out = {}
+        out: dict[str, FunctionStats] = {}
         for name, fn in self.functions.items():
             backends = [*fn.retired, fn.active]
-            out[name] = {
-                "backend": fn.active.label,
-                "requests": fn.requests,
-                "errors": fn.errors,
-                "gpu_seconds": sum(b.gpu_seconds(now) for b in backends),
-                "cold_starts": fn.cold_starts,
-                "switching": fn.switching,
-            }
+            out[name] = FunctionStats(
+                backend=fn.active.label,
+                requests=fn.requests,
+                errors=fn.errors,
+                gpu_seconds=sum(b.gpu_seconds(now) for b in backends),
+                cold_starts=fn.cold_starts,
+                switching=fn.switching,
+            )
         speedup = self.gpu_speedup if self.gpu else None
         return {"node": self.node, "gpu": self.gpu, "gpu_speedup": speedup, "functions": out}
 
@@ -276,63 +295,84 @@ class NodeRuntime:
             fn.active.stop()
 
 
-def make_handler(rt: NodeRuntime) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        # headers and body are two writes: with Nagle on, the body waits for the client's
-        # delayed ACK (40 ms on Linux) on every keep-alive request
-        disable_nagle_algorithm = True
+PostRoute = Callable[["NodeRuntime", str, Request, float], Mapping[str, object]]
 
-        def log_message(self, *args: object) -> None:  # quiet
-            pass
+#: ``POST /ROUTE/NAME``: what each route does with the function ``NAME`` and the body.
+POST_ROUTES: dict[str, PostRoute] = {
+    "invoke": lambda rt, name, body, t_arrival: rt.invoke(name, body, t_arrival),
+    "deploy": lambda rt, name, body, _t: rt.deploy(
+        name, body["module"], body["backend"], body.get("warmup")
+    ),
+    "switch": lambda rt, name, body, _t: rt.switch(name, body["backend"]),
+}
 
-        def _reply(self, code: int, body: dict) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
 
-        def _body(self) -> dict:
-            n = int(self.headers.get("Content-Length") or 0)
-            return json.loads(self.rfile.read(n) or b"{}")
+class RuntimeHandler(BaseHTTPRequestHandler):
+    """The HTTP API of a :class:`NodeRuntime` (``runtime``, set by :func:`make_handler`)."""
 
-        def do_GET(self) -> None:  # noqa: N802
-            if self.path == "/stats":
-                self._reply(200, rt.stats())
-            elif self.path == "/healthz":
-                self._reply(200, {"ok": True, "node": rt.node})
-            else:
-                self._reply(404, {"error": f"no route {self.path}"})
+    runtime: ClassVar[NodeRuntime]
+    protocol_version = "HTTP/1.1"
+    # headers and body are two writes: with Nagle on, the body waits for the client's
+    # delayed ACK (40 ms on Linux) on every keep-alive request
+    disable_nagle_algorithm = True
 
-        def do_POST(self) -> None:  # noqa: N802
-            t_arrival = time.monotonic()
-            try:
-                body = self._body()
-            except json.JSONDecodeError as exc:
-                self._reply(400, {"error": f"request body is not JSON: {exc}"})
-                return
-            parts = self.path.strip("/").split("/")
-            try:
-                if len(parts) == 2 and parts[0] == "invoke":
-                    self._reply(200, rt.invoke(parts[1], body, t_arrival))
-                elif len(parts) == 2 and parts[0] == "deploy":
-                    rec = rt.deploy(parts[1], body["module"], body["backend"], body.get("warmup"))
-                    self._reply(200, rec)
-                elif len(parts) == 2 and parts[0] == "switch":
-                    self._reply(200, rt.switch(parts[1], body["backend"]))
-                else:
-                    self._reply(404, {"error": f"no route {self.path}"})
-            except KeyError as exc:
-                self._reply(404, {"error": f"no function or field {exc}"})
-            except BackendError as exc:
-                self._reply(503, {"error": str(exc)})
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def _reply(self, code: int, body: Mapping[str, object]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> Request:
+        n = int(self.headers.get("Content-Length") or 0)
+        body: Request = json.loads(self.rfile.read(n) or b"{}")
+        return body
+
+    def do_GET(self) -> None:  # noqa: N802
+        rt = self.runtime
+        if self.path == "/stats":
+            self._reply(200, rt.stats())
+        elif self.path == "/healthz":
+            self._reply(200, {"ok": True, "node": rt.node})
+        else:
+            self._reply(404, {"error": f"no route {self.path}"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        t_arrival = time.monotonic()
+        try:
+            body = self._body()
+        except json.JSONDecodeError as exc:
+            self._reply(400, {"error": f"request body is not JSON: {exc}"})
+            return
+        parts = self.path.strip("/").split("/")
+        route = POST_ROUTES.get(parts[0]) if len(parts) == 2 else None
+        if route is None:
+            self._reply(404, {"error": f"no route {self.path}"})
+            return
+        try:
+            self._reply(200, route(self.runtime, parts[1], body, t_arrival))
+        except KeyError as exc:
+            self._reply(404, {"error": f"no function or field {exc}"})
+        except BackendError as exc:
+            self._reply(503, {"error": str(exc)})
+
+
+def make_handler(rt: NodeRuntime) -> type[RuntimeHandler]:
+    """A request handler class serving ``rt`` (for ``ThreadingHTTPServer``)."""
+
+    class Handler(RuntimeHandler):
+        runtime = rt
 
     return Handler
 
 
-def serve(node: str, profile: dict, host_gflops: float, gpu: str, port_file: str | None) -> int:
+def serve(
+    node: str, profile: dict[str, Any], host_gflops: float, gpu: str, port_file: str | None
+) -> int:
     from nodes.agent import watch_parent
 
     rt = NodeRuntime(node, profile, host_gflops, gpu)

@@ -31,14 +31,19 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+from nodes.functions.protocol import Calibration, CallResult, Request
 
 
-def import_function(path: str | os.PathLike) -> ModuleType:
+def import_function(path: str | os.PathLike[str]) -> ModuleType:
     """Import a function module from a file; it must define ``handler``."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"function module {str(p)!r} does not exist")
     spec = importlib.util.spec_from_file_location(f"fn_{p.stem}", p)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"function module {str(p)!r} cannot be imported (not a .py file?)")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     if not callable(getattr(mod, "handler", None)):
@@ -63,18 +68,27 @@ def worker_env() -> dict[str, str]:
     return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 
-def request_maker(mod: ModuleType) -> Callable[[dict, int], dict]:
+def _params_as_request(params: Request, _i: int) -> Request:
+    return dict(params)
+
+
+def request_maker(mod: ModuleType) -> Callable[[Request, int], Request]:
     """The module's ``make_request(params, i)``; by default the params themselves."""
-    return getattr(mod, "make_request", lambda params, _i: dict(params))
+    maker: Callable[[Request, int], Request] = getattr(
+        mod, "make_request", _params_as_request
+    )
+    return maker
 
 
-def timed_call(mod: ModuleType, request: dict) -> dict:
+def timed_call(mod: ModuleType, request: Request) -> CallResult:
     """Run the handler once, measuring wall, CPU and run-queue time."""
     t, c, q = time.perf_counter(), time.process_time(), runqueue_wait_s()
+    response: Any = None
+    error: str | None = None
     try:
-        response, error = mod.handler(request), None
+        response = mod.handler(request)
     except Exception as exc:  # the function's own error goes back to the caller
-        response, error = None, f"{type(exc).__name__}: {exc}"
+        error = f"{type(exc).__name__}: {exc}"
     return {
         "response": response,
         "error": error,
@@ -95,7 +109,7 @@ def host_gflops(seconds: float = 1.0, n: int = 512) -> float:
     while time.perf_counter() - t0 < seconds:
         a @ b
         k += 1
-    return 2 * n**3 * k / (time.perf_counter() - t0) / 1e9
+    return float(2 * n**3 * k / (time.perf_counter() - t0) / 1e9)
 
 
 def _single_thread() -> None:
@@ -107,7 +121,7 @@ def _single_thread() -> None:
         pass
 
 
-def calibrate(path: str, params: dict, n: int) -> dict:
+def calibrate(path: str, params: Request, n: int) -> Calibration:
     """Median wall / CPU seconds of ``n`` warm requests, payload size, host GFLOPS."""
     t0 = time.perf_counter()
     mod = import_function(path)
@@ -131,7 +145,7 @@ def calibrate(path: str, params: dict, n: int) -> dict:
     }
 
 
-def serve(path: str, device: str, warmup: dict | None) -> int:
+def serve(path: str, device: str, warmup: Request | None) -> int:
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # the function's prints must not corrupt the protocol
     t0 = time.perf_counter()

@@ -146,7 +146,7 @@ def _read_rows(path: Path) -> list[list[str]]:
 
 
 def load_trace(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     *,
     time_scale: float = 1.0,
     column: str = "t_s",
@@ -227,7 +227,7 @@ def load_trace(
 
 
 def trace(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     duration_s: float,
     rng: np.random.Generator,
     time_scale: float = 1.0,

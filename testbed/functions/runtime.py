@@ -391,68 +391,93 @@ class DynamicRuntime:
             return None
         th = self.thresholds
         self._samples.drop_through(now - th.keep_s)
-        cpu, gpu, gap = self.cpu_latency_ms, self.gpu_latency_ms, th.gap_ms
         p95 = self.p95_ms(now, th.window_s)
         rate = self.rate_rps(now, th.rate_window_s)
-
-        # Case 0: CPU hopeless (top histogram bucket) and slower than the GPU: final GPU mode.
-        if cpu is not None and gpu is not None and cpu >= th.lock_gpu_ms and cpu - gap > gpu:
-            reason = (
-                f"case 0: CPU {cpu:.0f} ms >= {th.lock_gpu_ms:.0f} ms and CPU - gap "
-                f"{gap:.0f} ms > GPU {gpu:.0f} ms: lock to gpu"
-            )
-            return self._switch(now, "gpu", reason, p95, rate, gpu_available, record=False)
-
+        decision = self._case_0(now, p95, rate, gpu_available)
         # Case 1: too few requests to trust latency; cases 2 and 3 are skipped.
-        if rate is not None and rate >= th.too_low_rps and p95 is not None:
-            # Case 2: the CPU misses the bound and the GPU is (presumably) faster.
-            if (
-                self.mode == "cpu_preferred"
-                and p95 > th.upper_bound_ms
-                and (gpu is None or gpu + gap <= p95)
-            ):
-                reason = (
-                    f"case 2: p95 {p95:.0f} ms > bound {th.upper_bound_ms:.0f} ms "
-                    f"and GPU ({_ms(gpu)}) + gap <= p95"
-                )
-                return self._switch(now, "gpu_preferred", reason, p95, rate, gpu_available)
+        if decision is None and rate is not None and rate >= th.too_low_rps and p95 is not None:
+            decision = self._case_2(now, p95, rate, gpu_available)
+            if decision is None:
+                decision = self._case_3(now, p95, rate, gpu_available)
+        if decision is None:
+            decision = self._case_4(now, p95, gpu_available)
+        return decision
 
-            # Case 3: a recent switch, past the cold-start wait: compare with the other backend.
-            if self.last_switch_t is not None:
-                since = now - self.last_switch_t
-                if th.cold_start_wait_s <= since < th.window_s:
-                    if self.mode == "gpu_preferred" and cpu is not None and p95 + gap >= cpu:
-                        reason = (
-                            f"case 3.1: GPU p95 {p95:.0f} ms + gap {gap:.0f} ms >= CPU "
-                            f"{cpu:.0f} ms: GPU not significantly faster"
-                        )
-                        return self._switch(now, "cpu_preferred", reason, p95, rate, gpu_available)
-                    if self.mode == "cpu_preferred" and gpu is not None and p95 - gap >= gpu:
-                        reason = (
-                            f"case 3.2: CPU p95 {p95:.0f} ms - gap {gap:.0f} ms >= GPU "
-                            f"{gpu:.0f} ms: GPU significantly faster"
-                        )
-                        return self._switch(now, "gpu_preferred", reason, p95, rate, gpu_available)
+    def _case_0(
+        self, now: float, p95: float | None, rate: float | None, gpu_available: bool
+    ) -> Decision | None:
+        """CPU hopeless (top histogram bucket) and slower than the GPU: final GPU mode."""
+        cpu, gpu, th = self.cpu_latency_ms, self.gpu_latency_ms, self.thresholds
+        if not (
+            cpu is not None and gpu is not None and cpu >= th.lock_gpu_ms and cpu - th.gap_ms > gpu
+        ):
+            return None
+        reason = (
+            f"case 0: CPU {cpu:.0f} ms >= {th.lock_gpu_ms:.0f} ms and CPU - gap "
+            f"{th.gap_ms:.0f} ms > GPU {gpu:.0f} ms: lock to gpu"
+        )
+        return self._switch(now, "gpu", reason, p95, rate, gpu_available, record=False)
 
-        # Case 4: a GPU function that has not switched recently; demote if it is barely used.
+    def _case_2(self, now: float, p95: float, rate: float, gpu_available: bool) -> Decision | None:
+        """The CPU misses the bound and the GPU is (presumably) faster: promote."""
+        gpu, th = self.gpu_latency_ms, self.thresholds
+        if (
+            self.mode == "cpu_preferred"
+            and p95 > th.upper_bound_ms
+            and (gpu is None or gpu + th.gap_ms <= p95)
+        ):
+            reason = (
+                f"case 2: p95 {p95:.0f} ms > bound {th.upper_bound_ms:.0f} ms "
+                f"and GPU ({_ms(gpu)}) + gap <= p95"
+            )
+            return self._switch(now, "gpu_preferred", reason, p95, rate, gpu_available)
+        return None
+
+    def _case_3(self, now: float, p95: float, rate: float, gpu_available: bool) -> Decision | None:
+        """A recent switch, past the cold-start wait: compare with the other backend."""
+        cpu, gpu, th = self.cpu_latency_ms, self.gpu_latency_ms, self.thresholds
+        gap = th.gap_ms
+        if self.last_switch_t is None:
+            return None
+        if not th.cold_start_wait_s <= now - self.last_switch_t < th.window_s:
+            return None
+        if self.mode == "gpu_preferred" and cpu is not None and p95 + gap >= cpu:
+            reason = (
+                f"case 3.1: GPU p95 {p95:.0f} ms + gap {gap:.0f} ms >= CPU "
+                f"{cpu:.0f} ms: GPU not significantly faster"
+            )
+            return self._switch(now, "cpu_preferred", reason, p95, rate, gpu_available)
+        if self.mode == "cpu_preferred" and gpu is not None and p95 - gap >= gpu:
+            reason = (
+                f"case 3.2: CPU p95 {p95:.0f} ms - gap {gap:.0f} ms >= GPU "
+                f"{gpu:.0f} ms: GPU significantly faster"
+            )
+            return self._switch(now, "gpu_preferred", reason, p95, rate, gpu_available)
+        return None
+
+    def _case_4(self, now: float, p95: float | None, gpu_available: bool) -> Decision | None:
+        """A GPU function that has not switched recently: demote if it is barely used."""
+        cpu, th = self.cpu_latency_ms, self.thresholds
         recent = self.last_switch_t is not None and now - self.last_switch_t < th.window_s
-        if self.mode == "gpu_preferred" and not recent:
-            long_rate = self.rate_rps(now, th.low_rate_window_s)
-            bound = th.low_rate_upper_bound_ms
-            cpu_ok = cpu is None or cpu < bound
-            if cpu is None:
-                cpu_txt = "CPU latency not available"
-            else:
-                cpu_txt = f"CPU {cpu:.0f} ms < {bound:.0f} ms"
-            if long_rate is None and cpu_ok:
-                reason = f"case 4.1: request rate not available and {cpu_txt}"
-                return self._switch(now, "cpu_preferred", reason, p95, None, gpu_available)
-            if long_rate is not None and long_rate < th.low_rate_rps and cpu_ok:
-                reason = (
-                    f"case 4.2: request rate {long_rate:.4g} rps < {th.low_rate_rps:g} rps "
-                    f"and {cpu_txt}"
-                )
-                return self._switch(now, "cpu_preferred", reason, p95, long_rate, gpu_available)
+        if self.mode != "gpu_preferred" or recent:
+            return None
+        long_rate = self.rate_rps(now, th.low_rate_window_s)
+        bound = th.low_rate_upper_bound_ms
+        if cpu is None:
+            cpu_txt = "CPU latency not available"
+        elif cpu < bound:
+            cpu_txt = f"CPU {cpu:.0f} ms < {bound:.0f} ms"
+        else:
+            return None
+        if long_rate is None:
+            reason = f"case 4.1: request rate not available and {cpu_txt}"
+            return self._switch(now, "cpu_preferred", reason, p95, None, gpu_available)
+        if long_rate < th.low_rate_rps:
+            reason = (
+                f"case 4.2: request rate {long_rate:.4g} rps < {th.low_rate_rps:g} rps "
+                f"and {cpu_txt}"
+            )
+            return self._switch(now, "cpu_preferred", reason, p95, long_rate, gpu_available)
         return None
 
     def _switch(

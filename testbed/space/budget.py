@@ -29,7 +29,8 @@ def cn_db(budget: LinkBudget, range_m: np.ndarray | float) -> np.ndarray:
         - budget.losses_db
         - BOLTZMANN_DBW_K_HZ
     )
-    return cn0 - 10.0 * np.log10(budget.bandwidth_hz)
+    cn: np.ndarray = cn0 - 10.0 * np.log10(budget.bandwidth_hz)
+    return cn
 
 
 def rate_mbps(budget: LinkBudget, range_m: np.ndarray | float) -> np.ndarray:

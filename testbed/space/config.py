@@ -161,6 +161,13 @@ class SpaceSpec(_Frozen):
 
     @model_validator(mode="after")
     def _references(self) -> SpaceSpec:
+        errors = self._naming_errors() + self._relay_errors() + self._satellite_errors()
+        if errors:
+            raise ValueError("\n".join(errors))
+        return self
+
+    def _naming_errors(self) -> list[str]:
+        """A constellation, unique station and shell names, at least one gateway."""
         errors: list[str] = []
         if not self.shells and not self.tle_files:
             errors.append("space: a constellation needs shells and/or tle_files")
@@ -174,6 +181,12 @@ class SpaceSpec(_Frozen):
             errors.append(f"space.shells: duplicate shell names {dup}")
         if not any(g.kind == "gateway" for g in self.ground_stations):
             errors.append("space.ground_stations: at least one needs kind: gateway")
+        return errors
+
+    def _relay_errors(self) -> list[str]:
+        """Relays name a known terminal and a gateway; relay nodes have no satellite."""
+        errors: list[str] = []
+        names = [g.name for g in self.ground_stations]
         kinds = {g.name: g.kind for g in self.ground_stations}
         for i, r in enumerate(self.relays):
             if r.terminal not in kinds:
@@ -190,6 +203,11 @@ class SpaceSpec(_Frozen):
         both = sorted(set(relay_nodes) & set(self.satellites))
         if both:
             errors.append(f"space.relays: nodes {both} are also mapped to satellites")
+        return errors
+
+    def _satellite_errors(self) -> list[str]:
+        """One node per satellite, known satellite names, existing TLE files."""
+        errors: list[str] = []
         sats = list(self.satellites.values())
         dup = sorted({s for s in sats if sats.count(s) > 1})
         if dup:
@@ -205,9 +223,7 @@ class SpaceSpec(_Frozen):
         for i, f in enumerate(self.tle_files):
             if resolve_path(f) is None:
                 errors.append(f"space.tle_files.{i}: no such file {f!r} (cwd or repo root)")
-        if errors:
-            raise ValueError("\n".join(errors))
-        return self
+        return errors
 
     def ground_station(self, name: str) -> GroundStation:
         """The ground station called ``name``."""

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import overload
 
 import numpy as np
 from sgp4.api import WGS72, WGS84, Satrec, SatrecArray
@@ -139,13 +140,24 @@ class Site:
         return el, rng
 
 
-def slant_range_m(elevation_deg: float | np.ndarray, altitude_m: float, radius_m: float):
+@overload
+def slant_range_m(elevation_deg: float, altitude_m: float, radius_m: float) -> float: ...
+
+
+@overload
+def slant_range_m(elevation_deg: np.ndarray, altitude_m: float, radius_m: float) -> np.ndarray: ...
+
+
+def slant_range_m(
+    elevation_deg: float | np.ndarray, altitude_m: float, radius_m: float
+) -> float | np.ndarray:
     """Slant range from a spherical Earth's surface to a satellite at ``altitude_m``.
 
     ``r = sqrt((R sin e)^2 + h^2 + 2 R h) - R sin e`` (m); ``R`` = Earth radius (m).
     """
     s = radius_m * np.sin(np.radians(elevation_deg))
-    return np.sqrt(s**2 + altitude_m**2 + 2.0 * radius_m * altitude_m) - s
+    r: float | np.ndarray = np.sqrt(s**2 + altitude_m**2 + 2.0 * radius_m * altitude_m) - s
+    return r
 
 
 def _walker_elements(shell: WalkerShell) -> tuple[np.ndarray, np.ndarray]:
@@ -337,7 +349,9 @@ class Constellation:
         """Sidereal angle (rad) at orbital times ``t_s`` (s after start), shape ``(n_t,)``."""
         return gmst_rad(self._jd, self._fr + np.asarray(t_s, dtype=float) / 86400.0)
 
-    def ecef_m(self, t_s: np.ndarray, sats: Sequence[int] | np.ndarray | None = None):
+    def ecef_m(
+        self, t_s: np.ndarray, sats: Sequence[int] | np.ndarray | None = None
+    ) -> np.ndarray:
         """Earth-fixed positions, metres, shape ``(n_sat, n_t, 3)``.
 
         Parameters

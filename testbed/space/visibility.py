@@ -62,7 +62,8 @@ def _bisect(
         move_hi = above == rising
         hi = np.where(move_hi, mid, hi)
         lo = np.where(move_hi, lo, mid)
-    return 0.5 * (lo + hi)
+    crossing: np.ndarray = 0.5 * (lo + hi)
+    return crossing
 
 
 def visibility_windows(
@@ -149,7 +150,8 @@ def _peaks(
     lo, hi = a.astype(float).copy(), b.astype(float).copy()
 
     def el(t: np.ndarray) -> np.ndarray:
-        return np.nan_to_num(site.look(con.ecef_pairs_m(sats, t))[0], nan=-90.0)
+        deg: np.ndarray = np.nan_to_num(site.look(con.ecef_pairs_m(sats, t))[0], nan=-90.0)
+        return deg
 
     x1, x2 = hi - g * (hi - lo), lo + g * (hi - lo)
     f1, f2 = el(x1), el(x2)
@@ -192,7 +194,7 @@ def route_windows(
 ) -> list[tuple[Route, float, float]]:
     """Intervals when every station of a route sees its satellite: ``(route, start_s,
     end_s)``, the intersection of the stations' windows."""
-    by = {}
+    by: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for w in windows:
         by.setdefault((w.satellite, w.station), []).append((w.start_s, w.end_s))
     out = []

@@ -104,6 +104,10 @@ def test_http_api_and_clean_exit(tmp_path: Path) -> None:
         assert _req(port, "GET", "/healthz") == (200, {"ok": True, "node": "n"})
         assert _req(port, "POST", "/invoke/ghost", b"{}")[0] == 404
         assert _req(port, "POST", "/deploy/mm", b"not json")[0] == 400
+        assert _req(port, "POST", "/go/mm", b"{}") == (404, {"error": "no route /go/mm"})
+        assert _req(port, "POST", "/invoke", b"{}") == (404, {"error": "no route /invoke"})
+        code, missing = _req(port, "POST", "/deploy/mm", b'{"backend": "cpu"}')
+        assert code == 404 and "'module'" in missing["error"]
         code, rec = _req(
             port, "POST", "/deploy/mm", json.dumps({"module": MATMUL, "backend": "gpu"}).encode()
         )

@@ -10,6 +10,7 @@ payload crosses the emulated link.
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import numpy as np
 import torch
@@ -59,17 +60,24 @@ def load(device: str) -> None:
     MODEL = build().to(device)
 
 
-def make_request(params: dict, i: int) -> dict:
+def _model() -> nn.Module:
+    """The model, built on ``DEVICE`` when ``load`` was not called."""
+    global MODEL
+    if MODEL is None:
+        MODEL = build().to(DEVICE)
+    return MODEL
+
+
+def make_request(params: dict[str, Any], i: int) -> dict[str, Any]:
     rng = np.random.default_rng(i)
     img = rng.integers(0, 256, size=(3, SIDE, SIDE), dtype=np.uint8)
     return {"image_b64": base64.b64encode(img.tobytes()).decode(), "i": i}
 
 
-def handler(request: dict) -> dict:
-    if MODEL is None:
-        load(DEVICE)
+def handler(request: dict[str, Any]) -> dict[str, Any]:
+    model = _model()
     raw = np.frombuffer(base64.b64decode(request["image_b64"]), dtype=np.uint8)
     x = torch.from_numpy(raw.reshape(1, 3, SIDE, SIDE).astype(np.float32) / 255.0).to(DEVICE)
     with torch.no_grad():
-        logits = MODEL(x)
+        logits = model(x)
     return {"class": int(logits.argmax(1)), "score": float(logits.max())}

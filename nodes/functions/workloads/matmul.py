@@ -6,6 +6,8 @@ function's device from the seed and multiplied; returns the trace of the product
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 DEVICE = "cpu"
@@ -16,11 +18,11 @@ def load(device: str) -> None:
     DEVICE = device
 
 
-def make_request(params: dict, i: int) -> dict:
+def make_request(params: dict[str, Any], i: int) -> dict[str, Any]:
     return {"n": int(params.get("n", 512)), "seed": i}
 
 
-def handler(request: dict) -> dict:
+def handler(request: dict[str, Any]) -> dict[str, Any]:
     n = int(request.get("n", 512))
     g = torch.Generator().manual_seed(int(request.get("seed", 0)))
     a = torch.randn(n, n, generator=g).to(DEVICE)

@@ -8,6 +8,8 @@ recomputing the whole context each step (no KV cache), as a small model served n
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -17,7 +19,9 @@ CONTEXT = 128
 
 
 class TinyLM(nn.Module):
-    def __init__(self, vocab: int = 256, width: int = 192, layers: int = 4, heads: int = 4):
+    def __init__(
+        self, vocab: int = 256, width: int = 192, layers: int = 4, heads: int = 4
+    ) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, width)
         self.pos = nn.Embedding(CONTEXT, width)
@@ -32,32 +36,44 @@ class TinyLM(nn.Module):
         pos = torch.arange(n, device=ids.device)
         mask = nn.Transformer.generate_square_subsequent_mask(n, device=ids.device)
         h = self.body(self.embed(ids) + self.pos(pos), mask=mask, is_causal=True)
-        return self.head(h[:, -1])
+        logits: torch.Tensor = self.head(h[:, -1])
+        return logits
+
+
+def _build(device: str) -> nn.Module:
+    torch.manual_seed(0)
+    return TinyLM().to(device).eval()
 
 
 def load(device: str) -> None:
     global MODEL, DEVICE
     DEVICE = device
-    torch.manual_seed(0)
-    MODEL = TinyLM().to(device).eval()
+    MODEL = _build(device)
 
 
-def make_request(params: dict, i: int) -> dict:
+def _model() -> nn.Module:
+    """The model, built on ``DEVICE`` when ``load`` was not called."""
+    global MODEL
+    if MODEL is None:
+        MODEL = _build(DEVICE)
+    return MODEL
+
+
+def make_request(params: dict[str, Any], i: int) -> dict[str, Any]:
     return {
         "prompt": str(params.get("prompt", "the continuum ")) + str(i),
         "max_new_tokens": int(params.get("max_new_tokens", 16)),
     }
 
 
-def handler(request: dict) -> dict:
-    if MODEL is None:
-        load(DEVICE)
+def handler(request: dict[str, Any]) -> dict[str, Any]:
+    model = _model()
     ids = list(request["prompt"].encode()[-CONTEXT:])
     out: list[int] = []
     with torch.no_grad():
         for _ in range(int(request.get("max_new_tokens", 16))):
             ctx = torch.tensor([ids[-CONTEXT:]], device=DEVICE)
-            nxt = int(MODEL(ctx).argmax(-1))
+            nxt = int(model(ctx).argmax(-1))
             ids.append(nxt)
             out.append(nxt)
     return {"tokens": len(out), "text": bytes(out).decode("latin-1")}

@@ -228,7 +228,10 @@ def kind_params(f: FaultSpec) -> Any:
     except ValidationError as e:
         errors = [
             InitErrorDetails(
-                type=PydanticCustomError("value_error", _param_message(f.kind, model, x)),
+                type=PydanticCustomError(
+                    "value_error" if x["type"] == "extra_forbidden" else x["type"],
+                    _param_message(f.kind, model, x),
+                ),
                 loc=tuple(x["loc"]),
                 input=x.get("input"),
             )

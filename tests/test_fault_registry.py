@@ -93,11 +93,11 @@ def _fleet(tmp_path: Path, faults: str) -> tuple[LocalBackend, ChaosEngine, RunS
     store.create_run("r1", "registry", seed=3, backend="local")
     backend = LocalBackend(plan, tmp_path / "run", warm=False)
     backend.superlink_port = free_port()  # nothing listens: the node keeps retrying
-    backend.start_node("edge-1")
+    backend.start_node("edge")
     deadline = time.monotonic() + 30
-    while len(backend.procs.tree("edge-1")) < 2 and time.monotonic() < deadline:
+    while len(backend.procs.tree("edge")) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert len(backend.procs.tree("edge-1")) >= 2, "the node did not start its SuperNode"
+    assert len(backend.procs.tree("edge")) >= 2, "the node did not start its SuperNode"
     return backend, ChaosEngine(plan, backend, store, "r1", plan.seed), store, "r1"
 
 
@@ -119,7 +119,7 @@ def test_pause_and_a_new_kind_fire_on_a_real_node(tmp_path: Path) -> None:
         "  - {kind: throttle, node: edge, at_time_s: 1.5, cpus: 0.5, duration_s: 1}"
     )
     backend, engine, store, run_id = _fleet(tmp_path, faults)
-    pids = [p.pid for p in backend.procs.tree("edge-1")]
+    pids = [p.pid for p in backend.procs.tree("edge")]
     try:
         engine.start()
         _tick_for(engine, 0.3)
@@ -127,11 +127,11 @@ def test_pause_and_a_new_kind_fire_on_a_real_node(tmp_path: Path) -> None:
         assert states == {psutil.STATUS_STOPPED}  # every process of the node frozen
         _tick_for(engine, 1.0)
         assert psutil.STATUS_STOPPED not in {psutil.Process(p).status() for p in pids}
-        assert backend.node("edge-1").alive()
+        assert backend.node("edge").alive()
         _tick_for(engine, 0.7)  # the throttle fired at 1.5 s
         ev = _events(store, run_id)
         if os.geteuid() != 0 or cgroup_v2():
-            assert ("fault_rejected", "edge-1") in ev or ("node_throttled", "edge-1") in ev
+            assert ("fault_rejected", "edge") in ev or ("node_throttled", "edge") in ev
         else:
             quota = cpu_cgroup_v1(pids[0])
             assert (quota / "cpu.cfs_quota_us").read_text().strip() == "50000"
@@ -144,9 +144,9 @@ def test_pause_and_a_new_kind_fire_on_a_real_node(tmp_path: Path) -> None:
         backend.stop()
     ev = _events(store, run_id)
     assert ev[:3] == [
-        ("fault_injected", "edge-1"),
-        ("node_paused", "edge-1"),
-        ("node_resumed", "edge-1"),
+        ("fault_injected", "edge"),
+        ("node_paused", "edge"),
+        ("node_resumed", "edge"),
     ]
     assert not any(psutil.pid_exists(p) for p in pids)
     assert not cpu_cgroup_v1(pids[0]).exists()

@@ -1,6 +1,10 @@
 """Chaos engine: applies scheduled and live faults to a running fleet, and records
 every fault and its observed effect as events (nothing is lost: the store has it all).
 
+The kinds are registered classes (:mod:`testbed.faults`); the engine owns the
+triggers (``at_round``/``phase``/``delay_s``, ``at_time_s``, ``probability``, live
+injections), the timers that undo timed faults, and the down/rejoin bookkeeping.
+
 Effects observed: ``node_down`` / ``node_restarted`` / ``node_rejoined`` (with
 ``time_to_rejoin_s`` and ``rounds_missed``), per-(round, node) statuses, and the bytes
 sent to a node that never answered (``bytes_lost`` metric, from the ServerApp).
@@ -13,25 +17,15 @@ import itertools
 import json
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from nodes.emulation import NodeControl
+from testbed.backends.base import Backend
+from testbed.faults import FAULT_KINDS, FaultKind
 from testbed.planner import Plan
 from testbed.spec.models import FaultSpec
 from testbed.store import RunStore
-
-
-class FaultTarget(Protocol):
-    """What a backend offers the chaos engine."""
-
-    def kill_node(self, name: str) -> None: ...
-    def restart_node(self, name: str) -> None: ...
-    def set_control(self, name: str, control: NodeControl) -> None: ...
-    def partition(self, name: str, on: bool) -> None: ...
-    def set_link(self, name: str, **changes: float) -> dict[str, object]: ...
-    def restart_superlink(self) -> None: ...
 
 
 class ChaosEngine:
@@ -41,8 +35,8 @@ class ChaosEngine:
     ----------
     plan : Plan
         The run (targets are resolved against its client nodes).
-    backend : FaultTarget
-        The running backend.
+    backend : Backend
+        The running backend (fault kinds act through its node handles and links).
     store, run_id
         Where events go.
     seed : int
@@ -50,7 +44,7 @@ class ChaosEngine:
     """
 
     def __init__(
-        self, plan: Plan, backend: FaultTarget, store: RunStore, run_id: str, seed: int
+        self, plan: Plan, backend: Backend, store: RunStore, run_id: str, seed: int
     ) -> None:
         self.plan, self.backend, self.store, self.run_id = plan, backend, store, run_id
         self.rng = np.random.default_rng([seed, 7])
@@ -64,6 +58,7 @@ class ChaosEngine:
 
     # -- targets and triggers ------------------------------------------------------
     def targets(self, f: FaultSpec) -> list[str]:
+        """Client nodes fault ``f`` names (a node, the replicas of a node id, a tier)."""
         clients = self.plan.clients
         if f.node is not None:
             return [
@@ -81,6 +76,7 @@ class ChaosEngine:
                 self.fire(f, "schedule")
 
     def later(self, delay_s: float, fn: Callable[[], None]) -> None:
+        """Run ``fn`` from :meth:`tick` once ``delay_s`` seconds have passed."""
         heapq.heappush(self.timers, (time.time() + delay_s, next(self._seq), fn))
 
     def tick(self) -> None:
@@ -100,158 +96,125 @@ class ChaosEngine:
         """React to ServerApp telemetry (round boundaries, node statuses)."""
         kind, name = rec.get("kind"), rec.get("name")
         if kind == "event" and name == "round_start":
-            self.round = int(rec["round"])
-            for f in self.faults:
-                if f.at_round == self.round and f.phase == "during":
-                    self.later(f.delay_s, lambda f=f: self.fire(f, "schedule"))
+            self._round_started(int(rec["round"]))
         elif kind == "event" and name == "round_end":
-            r = int(rec["round"])
-            for f in self.faults:
-                if f.at_round == r + 1 and f.phase == "before":
-                    self.fire(f, "schedule")
-                elif f.probability is not None:
-                    for node in self.targets(f):
-                        if node not in self.down and self.rng.random() < f.probability:
-                            self.fire(
-                                f.model_copy(update={"node": node, "tier": None}), "probability"
-                            )
+            self._round_ended(int(rec["round"]))
         elif kind == "status" and rec.get("status") == "completed":
-            node = rec["node"]
-            if node in self.back:
-                info = self.back.pop(node)
-                self.event(
-                    "node_rejoined",
-                    node,
-                    round=rec["round"],
-                    time_to_rejoin_s=time.time() - info["restarted_at"],
-                    rounds_missed=int(rec["round"]) - info["round_down"] - 1,
-                    fault=info["fault"],
-                )
+            self._node_completed(rec["node"], int(rec["round"]))
 
-    # -- actions --------------------------------------------------------------------
+    def _round_started(self, r: int) -> None:
+        self.round = r
+        for f in self.faults:
+            if f.at_round == r and f.phase == "during":
+                self.later(f.delay_s, lambda f=f: self.fire(f, "schedule"))
+
+    def _round_ended(self, r: int) -> None:
+        for f in self.faults:
+            if f.at_round == r + 1 and f.phase == "before":
+                self.fire(f, "schedule")
+            elif f.probability is not None:
+                self._draw(f)
+
+    def _draw(self, f: FaultSpec) -> None:
+        """Probability trigger: one draw per target that is not down."""
+        for node in self.targets(f):
+            if node not in self.down and self.rng.random() < (f.probability or 0.0):
+                self.fire(f.model_copy(update={"node": node, "tier": None}), "probability")
+
+    def _node_completed(self, node: str, r: int) -> None:
+        if node in self.back:
+            info = self.back.pop(node)
+            self.event(
+                "node_rejoined",
+                node,
+                round=r,
+                time_to_rejoin_s=time.time() - info["restarted_at"],
+                rounds_missed=r - info["round_down"] - 1,
+                fault=info["fault"],
+            )
+
+    # -- what fault kinds call (testbed.faults.FaultContext) -------------------------
     def event(self, name: str, node: str | None, round: int | None = None, **data: Any) -> None:
+        """Record an event of the run (``round`` defaults to the current one)."""
         self.store.add_event(
             self.run_id, name, round=round if round is not None else self.round, node=node, **data
         )
 
+    def node_down(self, node: str, reason: str, kind: str) -> None:
+        """Book ``node`` as down since now (``node_down`` event)."""
+        self.down[node] = {"since": time.time(), "round_down": self.round, "fault": kind}
+        self.event("node_down", node, reason=reason)
+
+    def node_restarted(self, node: str) -> None:
+        """Book ``node`` as restarted (``node_restarted``; ``node_rejoined`` follows when
+        it next completes a round)."""
+        info = self.down.pop(node)
+        info["restarted_at"] = time.time()
+        self.back[node] = info
+        self.event("node_restarted", node, down_s=time.time() - info["since"])
+
+    # -- firing -----------------------------------------------------------------------
     def fire(self, f: FaultSpec, source: str) -> None:
-        """Apply fault ``f`` now to each of its targets."""
+        """Apply fault ``f`` now to each of its targets (the server for server kinds)."""
+        kind = FAULT_KINDS[f.kind](f)
         spec = json.loads(f.model_dump_json(exclude_none=True))
-        if f.kind == "superlink-restart":
-            self.event("fault_injected", None, kind=f.kind, source=source, spec=spec)
+        names: list[str | None] = [None] if kind.target == "server" else list(self.targets(f))
+        for name in names:
+            self.event("fault_injected", name, kind=f.kind, source=source, spec=spec)
             try:
-                self.backend.restart_superlink()
+                self._apply(kind, name)
             except NotImplementedError as exc:
-                self.event("fault_rejected", None, kind=f.kind, reason=str(exc))
-            return
-        for node in self.targets(f):
-            self.event("fault_injected", node, kind=f.kind, source=source, spec=spec)
-            try:
-                getattr(self, "_" + f.kind.replace("-", "_"))(node, f)
-            except NotImplementedError as exc:
-                self.event("fault_rejected", node, kind=f.kind, reason=str(exc))
+                self.event("fault_rejected", name, kind=f.kind, reason=str(exc))
 
-    def _crash(self, node: str, f: FaultSpec) -> None:
-        self.backend.kill_node(node)
-        self.down[node] = {"since": time.time(), "round_down": self.round, "fault": f.kind}
-        self.event("node_down", node, reason="crash (never returns)")
-
-    def _outage(self, node: str, f: FaultSpec, cycles_left: int = 1) -> None:
-        self.backend.kill_node(node)
-        self.down[node] = {"since": time.time(), "round_down": self.round, "fault": f.kind}
-        self.event("node_down", node, reason=f"{f.kind} for {f.duration_s} s")
-
-        def up() -> None:
-            self.backend.restart_node(node)
-            info = self.down.pop(node)
-            info["restarted_at"] = time.time()
-            self.back[node] = info
-            self.event("node_restarted", node, down_s=time.time() - info["since"])
-            if cycles_left > 1:
-                self.later(f.duration_s or 0, lambda: self._outage(node, f, cycles_left - 1))
-
-        self.later(f.duration_s or 0, up)
-
-    def _flapping(self, node: str, f: FaultSpec) -> None:
-        self._outage(node, f, f.repeat)
-
-    def _partition(self, node: str, f: FaultSpec) -> None:
-        self.backend.partition(node, True)
-        self.event("link_partitioned", node, duration_s=f.duration_s)
-
-        def heal() -> None:
-            self.backend.partition(node, False)
-            self.event("link_healed", node)
-
-        self.later(f.duration_s or 0, heal)
-
-    def _degrade(self, node: str, f: FaultSpec) -> None:
-        changes = f.link_changes()
-        old = self.backend.set_link(node, **changes)
-        self.event("link_degraded", node, duration_s=f.duration_s, **changes)
-        if f.duration_s is not None:
-
-            def restore() -> None:
-                self.backend.set_link(node, **old)
-                self.event("link_restored", node, **old)
-
-            self.later(f.duration_s, restore)
-
-    def _until(self, f: FaultSpec) -> int | None:
-        start = max(self.round, 1) if f.phase == "during" else self.round + 1
-        return None if f.rounds is None else start + f.rounds - 1
-
-    def _straggler(self, node: str, f: FaultSpec) -> None:
-        until = self._until(f)
-        self.backend.set_control(node, NodeControl(slowdown=f.factor or 1.0, until_round=until))
-        self.event("straggler_set", node, factor=f.factor, until_round=until)
-
-    def _misconfig(self, node: str, f: FaultSpec) -> None:
-        until = self._until(f)
-        self.backend.set_control(
-            node, NodeControl(misconfig=f.mode, factor=f.factor or 1.0, until_round=until)
-        )
-        self.event("misconfig_set", node, mode=f.mode, factor=f.factor, until_round=until)
+    def _apply(self, kind: FaultKind, name: str | None) -> None:
+        state = kind.apply(self, name)
+        after = kind.undo_after_s()
+        if after is not None:
+            self.later(after, lambda: kind.undo(self, name, state))
 
 
 def finalize_statuses(store: RunStore, run_id: str, plan: Plan, rounds: int) -> None:
-    """Give every (round, client node) exactly one status after the run.
+    """Settle the (round, client node) statuses after the run, from what was observed.
 
     Rows recorded under Flower's numeric id (``node-<id>``) are renamed with the
-    ``node_identified`` events of the run; a row still unknown is attributed by
-    elimination when exactly one client lacks a status that round. A (round, node) with
-    no status at all is ``excluded`` (not sampled: down or not connected), with the
-    reason taken from the chaos events.
+    ``node_identified`` events of the run; a row whose id was never identified stays
+    under its id (it is not attributed to a node by elimination). A round that ended
+    (``round_end`` event) gives each client without a status ``excluded`` (not
+    sampled: down or not connected, the reason taken from the chaos events). A round
+    that never started, or started but did not end, gets no invented rows: a run that
+    ends early has rows only for what happened (docs/faults.md).
+
+    ``rounds`` is the planned count; rounds past it are not looked at.
     """
-    names = plan.client_names()
+    names = set(plan.client_names())
     events = store.events(run_id)
     ids = {
         json.loads(d).get("node_id"): node
         for _i, _t, k, _r, node, d in events
         if k == "node_identified"
     }
+    ended = {int(r) for _i, _t, k, r, _n, _d in events if k == "round_end" and r is not None}
+    _rename_rows(store, run_id, names, ids)
+    have = {(r, n) for r, n, _s, _w in store.round_status(run_id)}
     downs = [(rd, node, json.loads(d)) for _i, _t, k, rd, node, d in events if k == "node_down"]
-    have: dict[int, dict[str, tuple[str, str, float]]] = {}
-    for r, node, status, reason, ts in store.round_status(run_id, with_ts=True):
-        if node not in names:
-            store.delete_status(run_id, r, node)
-            node = ids.get(node.removeprefix("node-"), node)
-        have.setdefault(r, {}).setdefault(node, (status, reason, ts))
-    for r in range(1, rounds + 1):
-        got = have.get(r, {})
-        missing = [n for n in names if n not in got]
-        unknown = [n for n in got if n not in names]
-        if len(unknown) == 1 and len(missing) == 1:
-            got[missing[0]] = got.pop(unknown[0])
-            missing = []
-        for n, (status, reason, ts) in got.items():  # keep when it was observed
-            store.set_status(run_id, r, n, status, reason, ts=ts)
-        for n in missing:
-            why = [d.get("reason", "down") for rd, node, d in downs if node == n and rd < r]
-            store.set_status(
-                run_id,
-                r,
-                n,
-                "excluded",
-                f"not sampled: {why[-1]}" if why else "not sampled this round",
-            )
+    for r in sorted(x for x in ended if 1 <= x <= rounds):
+        for n in sorted(names):
+            if (r, n) not in have:
+                why = [d.get("reason", "down") for rd, node, d in downs if node == n and rd < r]
+                reason = f"not sampled: {why[-1]}" if why else "not sampled this round"
+                store.set_status(run_id, r, n, "excluded", reason)
+
+
+def _rename_rows(store: RunStore, run_id: str, names: set[str], ids: dict[Any, str]) -> None:
+    """Move rows recorded under ``node-<flower id>`` to the node's name (a row already
+    under the name for that round wins); rows of unidentified ids stay as they are."""
+    rows = store.round_status(run_id, with_ts=True)
+    seen = {(r, n) for r, n, *_ in rows if n in names}
+    for r, node, status, reason, ts in rows:
+        name = None if node in names else ids.get(node.removeprefix("node-"))
+        if name is None:
+            continue
+        store.delete_status(run_id, r, node)
+        if (r, name) not in seen:
+            store.set_status(run_id, r, name, status, reason, ts=ts)
+            seen.add((r, name))

@@ -248,46 +248,46 @@ def report(
     console.print(f"wrote {md} and {page}")
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def inject(
+    ctx: typer.Context,
     run_id: str,
-    kind: Annotated[str, typer.Option(help="crash|outage|partition|straggler|flapping|misconfig")],
+    kind: Annotated[str, typer.Option(help="a fault kind (--list-kinds shows them)")] = "",
     node: Annotated[str | None, typer.Option(help="target node name")] = None,
     tier: Annotated[str | None, typer.Option(help="target every client of a tier")] = None,
-    duration_s: Annotated[float | None, typer.Option(help="outage/partition seconds")] = None,
-    factor: Annotated[float | None, typer.Option(help="straggler slowdown / misconfig")] = None,
-    rounds: Annotated[int | None, typer.Option(help="rounds a straggler/misconfig lasts")] = None,
-    mode: Annotated[str | None, typer.Option(help="misconfig: lr|label-flip|noise|nan")] = None,
+    param: Annotated[
+        list[str] | None, typer.Option("--param", "-p", help="a kind's parameter: key=value")
+    ] = None,
+    list_kinds: Annotated[bool, typer.Option(help="list the kinds and their options")] = False,
     out: OutOpt = Path("runs"),
     wait_s: float = 15.0,
 ) -> None:
-    """Inject a fault into a RUNNING run now (its chaos engine applies it)."""
+    """Inject a fault into a RUNNING run now (its chaos engine applies it).
+
+    The kind's parameters are options too: --duration-s 8, --bandwidth-mbps 1 ...
+    """
     import time
 
     from pydantic import ValidationError
 
+    from testbed.faults.options import kinds_help, live_fault, parse_params
     from testbed.spec.models import FaultSpec
     from testbed.store import RunStore
 
-    spec = {
-        "kind": kind,
-        "node": node,
-        "tier": tier,
-        "duration_s": duration_s,
-        "factor": factor,
-        "rounds": rounds,
-        "mode": mode,
-        "at_time_s": 0.0,
-        "phase": "during",
-    }
-    spec = {k: v for k, v in spec.items() if v is not None}
+    if list_kinds:
+        console.print(kinds_help(), highlight=False, soft_wrap=True)
+        return
     try:
+        spec = live_fault(kind, node, tier, parse_params(list(ctx.args), param or []))
         FaultSpec.model_validate(spec)
     except ValidationError as e:
         msgs = "; ".join(
-            f"--{'.'.join(map(str, x['loc'])) or 'fault'}: {x['msg']}" for x in e.errors()
+            f"--{'.'.join(map(str, x['loc'])).replace('_', '-') or 'fault'}: {x['msg']}"
+            for x in e.errors()
         )
         raise _fail(msgs.replace("Value error, ", "")) from None
+    except ValueError as e:
+        raise _fail(str(e)) from None
     store = RunStore(out)
     try:
         run = store.run(run_id)

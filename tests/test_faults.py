@@ -104,9 +104,14 @@ def test_crash_at_round_2_of_5(tmp_path: Path) -> None:
     assert res.status == "completed"
     st = statuses(store, res.run_id)
     names = ("edge-1", "edge-2", "edge-3")
-    assert set(st) == {(r, n) for r in range(1, 6) for n in names}  # every pair has a status
+    ended = {e[3] for e in store.events(res.run_id) if e[2] == "round_end"}
+    assert ended == set(range(1, 6))  # statuses exist only for rounds that ran ...
+    assert set(st) == {(r, n) for r in range(1, 6) for n in names}  # ... all 5 here
     assert st[(1, "edge-2")] == "completed"
     assert all(st[(r, "edge-2")] in ("failed", "excluded") for r in range(2, 6))
+    why = {r: w for r, n, s, w in store.round_status(res.run_id) if n == "edge-2" and r > 1}
+    for r, w in why.items():  # excluded: not sampled, and the observed reason says why
+        assert st[(r, "edge-2")] == "failed" or w == "not sampled: crash (never returns)", w
     for n in ("edge-1", "edge-3"):
         assert all(st[(r, n)] == "completed" for r in range(1, 6))
         assert {r for r, *_ in store.metrics(res.run_id, "train_loss") if _[0] == n} == set(

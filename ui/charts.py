@@ -10,6 +10,7 @@ charts.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
@@ -174,32 +175,73 @@ def throughput(df: pd.DataFrame) -> pd.DataFrame:
     return wide.rename(columns={"node": "series"})[["round", "series", "value"]]
 
 
-def event_category(kind: str) -> str:
-    """``fault``, ``effect`` (what a fault did), ``round`` or ``lifecycle``."""
+def event_category(kind: str, effects: Iterable[str] = ()) -> str:
+    """``fault``, ``effect`` (what a fault did), ``round`` or ``lifecycle``; ``effects``
+    adds the effect events of registered fault kinds (``GET /faults``)."""
     if kind in FAULT_EVENTS:
         return "fault"
-    if kind in EFFECT_EVENTS:
+    if kind in EFFECT_EVENTS or kind in effects:
         return "effect"
     return "round" if kind.startswith("round_") else "lifecycle"
 
 
-def event_frame(events: pd.DataFrame) -> pd.DataFrame:
-    """Events with seconds since the first one, category and a one-line description."""
+CATEGORY_MARKERS = {
+    "fault": "diamond",
+    "effect": "square",
+    "round": "circle",
+    "lifecycle": "circle",
+}
+
+
+def _markers(kinds: dict[str, dict[str, Any]]) -> dict[str, tuple[str, str]]:
+    """Fault kind and effect event name -> (marker, label) of the fault kind."""
+    out: dict[str, tuple[str, str]] = {}
+    for name, about in kinds.items():
+        for key in (name, *about.get("effects", [])):
+            out.setdefault(key, (about["marker"], about["label"]))
+    return out
+
+
+def event_frame(
+    events: pd.DataFrame, kinds: dict[str, dict[str, Any]] | None = None
+) -> pd.DataFrame:
+    """Events with seconds since the first one, category, a one-line description and
+    the timeline marker: a fault and its effects get their kind's ``marker`` and
+    ``label`` from ``kinds`` (the ``details`` of ``GET /faults``)."""
     if events.empty:
-        return events.assign(t_s=[], category=[], what=[])
+        return events.assign(t_s=[], category=[], what=[], marker=[])
+    kinds = kinds or {}
+    marks = _markers(kinds)
+    effects = {e for about in kinds.values() for e in about.get("effects", [])}
     t0 = events["ts"].min()
     out = events.copy()
     out["t_s"] = (out["ts"] - t0).round(2)
-    out["category"] = out["kind"].map(event_category)
+    out["category"] = out["kind"].map(lambda k: event_category(k, effects))
+
+    def data_of(row: pd.Series) -> dict[str, Any]:
+        return row["data"] if isinstance(row["data"], dict) else json.loads(row["data"] or "{}")
+
+    def key_of(row: pd.Series) -> str:
+        return str(data_of(row).get("kind")) if row["kind"] in FAULT_EVENTS else str(row["kind"])
 
     def what(row: pd.Series) -> str:
-        data = row["data"] if isinstance(row["data"], dict) else json.loads(row["data"] or "{}")
+        data = data_of(row)
         detail = ", ".join(f"{k}={v}" for k, v in data.items() if k not in ("spec",))
         where = f" {row['node']}" if isinstance(row["node"], str) else ""
         rnd = f" (round {int(row['round'])})" if pd.notna(row["round"]) else ""
-        return f"{row['kind']}{where}{rnd}" + (f": {detail}" if detail else "")
+        label = (
+            marks[key_of(row)][1] if row["kind"] in FAULT_EVENTS and key_of(row) in marks else ""
+        )
+        return (
+            f"{row['kind']}{where}{rnd}"
+            + (f": {detail}" if detail else "")
+            + (f" — {label}" if label else "")
+        )
 
     out["what"] = out.apply(what, axis=1)
+    out["marker"] = out.apply(
+        lambda r: marks.get(key_of(r), (CATEGORY_MARKERS[r["category"]], ""))[0], axis=1
+    )
     return out
 
 
@@ -219,7 +261,11 @@ def timeline(events: pd.DataFrame) -> dict[str, Any]:
                     "range": ["#f85149", "#f0883e", "#0969da", "#8c959f"],
                 },
             },
-            "shape": {"field": "category", "type": "nominal", "title": None},
+            "shape": (  # each fault kind's marker (GET /faults), else the category's
+                {"field": "marker", "type": "nominal", "scale": None, "legend": None}
+                if "marker" in events
+                else {"field": "category", "type": "nominal", "title": None}
+            ),
             "tooltip": [{"field": f, "type": "nominal"} for f in ("t_s", "kind", "node", "what")],
         },
         "height": max(160, 22 * int(events["kind"].nunique())),

@@ -15,7 +15,9 @@ from pathlib import Path
 import yaml
 
 from testbed.backends import register_backend
+from testbed.backends.base import NodeResources
 from testbed.backends.local import LocalBackend
+from testbed.backends.local_node import LocalNode
 from testbed.planner import Plan
 from testbed.procs import wait_port
 
@@ -113,3 +115,13 @@ class ComposeBackend(LocalBackend):
 
     def rss_mb(self) -> dict[str, float]:
         return {}  # node processes live in other containers
+
+    def resources(self) -> dict[str, NodeResources]:
+        return {}  # node processes live in other containers
+
+    def node(self, name: str) -> LocalNode:
+        """Containers started by docker-compose are not this process's to act on."""
+        raise NotImplementedError(
+            f"node {name!r} runs in a docker-compose container: node faults need "
+            "--backend docker (or local)"
+        )

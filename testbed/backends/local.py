@@ -13,15 +13,22 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import tomli_w
 
 from nodes.agent import FLOWER_ENV, flower_bin
-from nodes.emulation import NodeControl, write_control
+from nodes.emulation import NodeControl
 from testbed.backends import register_backend
+from testbed.backends.base import NodeResources
+from testbed.backends.local_node import LocalNode, cpu_seconds, remove_node_cgroups
 from testbed.planner import Plan
 from testbed.procs import ProcGroup, free_port, wait_port
+
+if TYPE_CHECKING:
+    from testbed.emulation.link import Link
 
 APP_DIR = Path(__file__).resolve().parents[2] / "nodes" / "fl" / "app"
 
@@ -60,11 +67,13 @@ class LocalBackend:
         self.superlink_port: int | None = None
         self.node_ports: dict[str, int] = {}
         self._cmds: dict[str, list[str]] = {}
-        self.proxies: dict[str, object] = {}  # node -> ShapingProxy (links.mode: proxy)
+        self.proxies: dict[str, Any] = {}  # node -> ShapingProxy (links.mode: proxy)
         self.superlink_restarts = 0
         self.netns: str | None = None  # links.mode netem: the server namespace
         self._server_prefix: list[str] = []
         self._client_prefix: dict[str, list[str]] = {}
+        self.paused: set[str] = set()  # nodes frozen by a pause fault
+        self._cpu: dict[str, tuple[float, dict[int, float]]] = {}  # last CPU sample
 
     def _node_cmd(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "testbed", "node", *args]
@@ -105,7 +114,7 @@ class LocalBackend:
             self._start_links()
         elif mode == "netem":
             self._start_netem_links()
-        started = [self._start_node(node.name) for node in self.plan.clients]
+        started = [self.start_node(node.name) for node in self.plan.clients]
         if mode != "netem":  # (a SuperNode's Runtime API is inside its own namespace)
             for port, p in started:
                 wait_port(port, timeout_s, p)
@@ -231,7 +240,7 @@ class LocalBackend:
     def control_path(self, name: str) -> Path:
         return (self.run_dir / "nodes" / name / "control.json").resolve()
 
-    def _start_node(self, name: str) -> tuple[int, subprocess.Popen]:
+    def start_node(self, name: str) -> tuple[int, subprocess.Popen]:
         node = next(n for n in self.plan.clients if n.name == name)
         if name not in self._cmds:
             port = free_port()
@@ -256,42 +265,39 @@ class LocalBackend:
         )
         return self.node_ports[name], p
 
-    # -- fault hooks (see testbed.chaos.FaultTarget) ---------------------------------
-    def kill_node(self, name: str) -> None:
-        """Crash: SIGKILL the node's whole process tree, no goodbye."""
-        from nodes.agent import cgroup_dir
+    # -- nodes and links as the fault kinds see them (testbed.backends.base) ------------
+    def node(self, name: str) -> LocalNode:
+        """The handle of client node ``name`` (KeyError naming the nodes otherwise)."""
+        if name not in self._cmds:
+            raise KeyError(f"no started client node {name!r} (nodes: {sorted(self._cmds)})")
+        return LocalNode(self, name)
 
-        pid = self.procs.procs[name].pid
-        self.procs.stop(name, timeout_s=0)
-        try:
-            cgroup_dir(pid).rmdir()
-        except OSError:
-            pass
-
-    def restart_node(self, name: str) -> None:
-        """Bring a killed node back with the same identity (it re-registers)."""
-        self._start_node(name)
+    @property
+    def links(self) -> Mapping[str, Link]:
+        """The emulated link of each client node (empty with ``links.mode: none``)."""
+        return self.proxies
 
     def set_control(self, name: str, control: NodeControl) -> None:
-        write_control(self.control_path(name), control)
+        """Write node ``name``'s live fault controls (see :meth:`LocalNode.set_control`)."""
+        self.node(name).set_control(control)
 
-    def partition(self, name: str, on: bool) -> None:
-        """Blackhole the node's link (traffic held, connections kept) or heal it."""
-        if name not in self.proxies:
-            raise NotImplementedError("partition needs emulated links (links.mode: proxy)")
-        self.proxies[name].partition(on)
-
-    def set_link(self, name: str, **changes: float) -> dict[str, object]:
-        """Change a node's link now (kept connections); return the previous values."""
-        link = self.proxies.get(name)
-        if link is None:
-            raise NotImplementedError("changing a link needs emulated links (links.mode)")
-        current = link.counters()["params"]
-        current = current if isinstance(current, dict) else current.to_dict()
-        from testbed.emulation.link import LinkParams
-
-        link.set_params(LinkParams(**{**current, **changes}))
-        return {k: current.get(k) for k in changes}
+    def resources(self) -> dict[str, NodeResources]:
+        """Resident memory (process tree, MB) and CPU use (percent of one core since the
+        previous call; None on the first) of every running node."""
+        now = time.monotonic()
+        out: dict[str, NodeResources] = {}
+        for name in list(self.procs.procs):
+            if name == "flwr-run":
+                continue
+            secs = cpu_seconds(self.procs.tree(name))
+            prev = self._cpu.get(name)
+            pct = None
+            if prev is not None and now > prev[0]:
+                used = sum(t - prev[1].get(pid, 0.0) for pid, t in secs.items())
+                pct = max(0.0, 100.0 * used / (now - prev[0]))
+            self._cpu[name] = (now, secs)
+            out[name] = NodeResources(rss_mb=self.procs.rss_mb(name), cpu_pct=pct)
+        return out
 
     def restart_superlink(self) -> None:
         """SIGKILL the SuperLink and start it again (same port, same state database).
@@ -372,16 +378,14 @@ class LocalBackend:
         }
 
     def stop(self) -> None:
-        from nodes.agent import cgroup_dir
-
+        """Stop every process (frozen nodes thawed first), link and node cgroup."""
+        for name in list(self.paused):
+            self.node(name).resume()
         pids = [p.pid for p in self.procs.procs.values()]
         self.procs.stop_all()
         for proxy in self.proxies.values():
             proxy.stop()
-        for pid in pids:  # memory cgroups of the nodes
-            try:
-                cgroup_dir(pid).rmdir()
-            except OSError:
-                pass
+        for pid in pids:  # memory (and cpu) cgroups of the nodes
+            remove_node_cgroups(pid)
         if self.netns:
             subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)

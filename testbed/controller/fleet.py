@@ -1,6 +1,8 @@
 """Fleet and link state of a run: the plan's topology plus what the events say happened.
 
-Node states: ``planned`` (no run), ``starting`` (fleet not ready yet), ``up``, ``down``
+A node or link a fault was injected into carries ``fault`` (the kind's name, label
+and marker, from the registry ``testbed.faults``). Node states: ``planned`` (no run),
+``starting`` (fleet not ready yet), ``up``, ``down``
 (crashed / in an outage), ``straggling`` (slowed down by a straggler fault),
 ``misconfigured``. Link states: ``ok``, ``partitioned``, ``degraded`` (a live link change
 or a link schedule moved it away from its spec), ``not emulated`` (``links.mode: none``).
@@ -79,6 +81,18 @@ def planned_fleet(plan: Plan) -> dict[str, Any]:
     }
 
 
+def _mark_fault(n: dict[str, Any] | None, lk: dict[str, Any] | None, kind: str) -> None:
+    """The last fault injected into a node (or its link): its kind's label and marker."""
+    from testbed.faults import FAULT_KINDS
+
+    if kind not in FAULT_KINDS:
+        return
+    cls = FAULT_KINDS[kind]
+    target = lk if cls.target == "link" else n
+    if target is not None:
+        target["fault"] = {"kind": kind, "label": cls.label, "marker": cls.marker}
+
+
 def fleet_state(
     plan: Plan,
     events: Iterable[tuple],
@@ -110,6 +124,8 @@ def fleet_state(
             ready = True
         elif kind == "round_start" and ev_round is not None:
             rnd = int(ev_round)
+        if kind == "fault_injected" and node:
+            _mark_fault(nodes.get(node), links.get(node), d.get("kind", ""))
         n = nodes.get(node) if node else None
         if n is not None:
             if kind == "node_down":

@@ -370,18 +370,15 @@ class Controller:
     # -- faults ---------------------------------------------------------------------
     @staticmethod
     def fault_schema() -> dict[str, Any]:
-        """Fault kinds and their parameters (from the spec's ``FaultSpec``)."""
-        from testbed.spec.models import FaultSpec
+        """Fault kinds and their parameters, from the registry (``testbed.faults``).
 
-        schema = FaultSpec.model_json_schema()
-        props = schema["properties"]
-        triggers = {"at_round", "at_time_s", "probability", "phase", "delay_s", "kind"}
-        fields = {
-            k: {"description": v.get("description", ""), "schema": v}
-            for k, v in props.items()
-            if k not in triggers
-        }
-        return {"kinds": list(props["kind"]["enum"]), "fields": fields}
+        ``kinds``: the registered names, sorted; ``details``: per kind its ``label``,
+        ``marker``, ``target`` (node, link or server), ``effects`` (event names),
+        ``params`` (JSON schema of each parameter) and ``required`` parameters.
+        """
+        from testbed.faults import FAULT_KINDS, schema
+
+        return {"kinds": sorted(FAULT_KINDS), "details": schema()}
 
     def inject(self, run_id: str, fault: dict[str, Any]) -> dict[str, Any]:
         """Queue a live fault (applied now by the run's chaos engine); return its id."""

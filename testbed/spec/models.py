@@ -8,9 +8,16 @@ imported here.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from nodes.compression.config import CompressSpec
 from nodes.fl.config import FLSpec, Frozen
@@ -135,20 +142,12 @@ class FleetSpec(Frozen):
     nodes: list[NodeSpec] = Field(min_length=1)
 
 
-FaultKind = Literal[
-    "crash",
-    "outage",
-    "partition",
-    "straggler",
-    "flapping",
-    "misconfig",
-    "degrade",
-    "superlink-restart",
-]
-
-
 class FaultSpec(Frozen):
     """A fault: what, on whom, when.
+
+    ``kind`` is a registered fault kind (:data:`testbed.faults.FAULT_KINDS`); the
+    kind's own parameters model validates its fields (``duration_s``, ``factor`` ...;
+    a kind may add fields of its own), each error naming its YAML path.
 
     Triggers (exactly one): ``at_round`` (``phase: before`` fires when round
     ``at_round - 1`` ends, i.e. before the round's messages go out; ``during`` fires
@@ -157,7 +156,9 @@ class FaultSpec(Frozen):
     Targets: ``node`` (a node name, or a node id replicated with ``count``) or ``tier``.
     """
 
-    kind: FaultKind
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    kind: str
     node: str | None = None
     tier: Tier | None = None
     at_round: int | None = Field(None, ge=1)
@@ -175,30 +176,80 @@ class FaultSpec(Frozen):
     loss_pct: float | None = Field(None, ge=0, lt=100, description="degrade: new loss")
     repeat: int = Field(3, ge=1, description="flapping: down/up cycles")
 
+    @field_validator("kind")
+    @classmethod
+    def _registered(cls, kind: str) -> str:
+        from testbed.faults import FAULT_KINDS
+
+        return FAULT_KINDS.check(kind)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _kind_params(cls, data: Any, handler: ModelWrapValidatorHandler[FaultSpec]) -> FaultSpec:
+        self = handler(data)
+        kind_params(self)  # ValidationError located at this fault's fields
+        return self
+
     @model_validator(mode="after")
     def _trigger(self) -> FaultSpec:
+        from testbed.faults import FAULT_KINDS
+
         if sum(x is not None for x in (self.at_round, self.at_time_s, self.probability)) != 1:
             raise ValueError(
                 "a fault needs exactly one trigger: at_round, at_time_s or probability"
             )
-        if self.kind != "superlink-restart" and self.node is None and self.tier is None:
+        if FAULT_KINDS[self.kind].target != "server" and self.node is None and self.tier is None:
             raise ValueError("a fault needs a target: node or tier")
-        if self.kind in ("outage", "partition", "flapping") and self.duration_s is None:
-            raise ValueError(f"a {self.kind} fault needs duration_s")
-        if self.kind == "straggler" and self.factor is None:
-            raise ValueError("a straggler fault needs factor (slowdown, e.g. 3.0)")
-        if self.kind == "degrade" and not self.link_changes():
-            raise ValueError(
-                "a degrade fault needs one of bandwidth_mbps, latency_ms, jitter_ms, loss_pct"
-            )
-        if self.kind == "misconfig" and self.mode is None:
-            raise ValueError("a misconfig fault needs mode: lr | label-flip | noise | nan")
         return self
 
-    def link_changes(self) -> dict[str, float]:
-        """The link properties a ``degrade`` fault sets."""
-        keys = ("bandwidth_mbps", "latency_ms", "jitter_ms", "loss_pct")
-        return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
+    @property
+    def params(self) -> Any:
+        """The kind's validated parameters (an instance of the kind's ``Params``)."""
+        return kind_params(self)
+
+
+def kind_params(f: FaultSpec) -> Any:
+    """Validate the fields of fault ``f`` its kind declares with the kind's model.
+
+    Fields the spec declares for other kinds and leaves unset (None) are not passed;
+    an extra key no kind declares is an error unless ``f``'s kind declares it. Raises
+    ``pydantic.ValidationError`` whose locations are the fault's field names.
+    """
+    from pydantic_core import InitErrorDetails, PydanticCustomError
+
+    from testbed.faults import FAULT_KINDS
+
+    model = FAULT_KINDS[f.kind].Params
+    values = {k: getattr(f, k) for k in FaultSpec.model_fields if k in model.model_fields}
+    values = {k: v for k, v in values.items() if v is not None}
+    values.update(f.model_extra or {})
+    try:
+        return model.model_validate(values)
+    except ValidationError as e:
+        errors = [
+            InitErrorDetails(
+                type=PydanticCustomError(
+                    "value_error" if x["type"] == "extra_forbidden" else x["type"],
+                    _param_message(f.kind, model, x),
+                ),
+                loc=tuple(x["loc"]),
+                input=x.get("input"),
+            )
+            for x in e.errors()
+        ]
+        raise ValidationError.from_exception_data("FaultSpec", errors) from None
+
+
+def _param_message(kind: str, model: Any, err: Any) -> str:
+    """``an outage fault needs duration_s (seconds the node stays down)`` and the like."""
+    field = str(err["loc"][0]) if err["loc"] else ""
+    if err["type"] == "missing":
+        desc = model.model_fields[field].description
+        article = "an" if kind[:1] in "aeiou" else "a"
+        return f"{article} {kind} fault needs {field}" + (f" ({desc})" if desc else "")
+    if err["type"] == "extra_forbidden":
+        return f"not a parameter of fault kind {kind!r} (its own: {sorted(model.model_fields)})"
+    return str(err["msg"]).removeprefix("Value error, ")
 
 
 class SweepSpec(Frozen):

@@ -110,20 +110,27 @@ def test_live_page_shows_curves_timeline_and_follows_new_rows(
     assert "status **completed**" in texts(at) and "final global accuracy **0.700**" in texts(at)
 
 
+class RecordingNode:
+    """A node handle of a fleet that is not started here: records what is done to it."""
+
+    def __init__(self, fleet: RecordingFleet, name: str) -> None:
+        self.fleet, self.name = fleet, name
+
+    def kill(self) -> None:
+        self.fleet.killed.append(self.name)
+
+
 class RecordingFleet:
-    """Fault hooks of a fleet that is not started here: the chaos engine under test is
-    real and records what it would do to the nodes."""
+    """The backend side of a fleet that is not started here: the chaos engine and the
+    fault kinds under test are real and record what they would do to the nodes."""
+
+    links: dict[str, object] = {}
 
     def __init__(self) -> None:
         self.killed: list[str] = []
 
-    def kill_node(self, name: str) -> None:
-        self.killed.append(name)
-
-    def restart_node(self, name: str) -> None: ...
-    def set_control(self, name: str, control: object) -> None: ...
-    def partition(self, name: str, on: bool) -> None: ...
-    def restart_superlink(self) -> None: ...
+    def node(self, name: str) -> RecordingNode:
+        return RecordingNode(self, name)
 
 
 def test_chaos_page_injects_through_the_store(

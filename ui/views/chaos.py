@@ -1,7 +1,8 @@
 """Chaos page sections: inject a fault into a running run now, and what was injected.
 
-The kinds offered are those the controller lists (``GET /faults``, from the spec's
-``FaultSpec``); each kind shows the parameters it uses, when the controller knows them.
+The kinds offered, their labels and their parameters are those the controller lists
+(``GET /faults``, from the fault-kind registry ``testbed.faults``): a kind registered
+there appears here without a change to this page.
 """
 
 from __future__ import annotations
@@ -13,34 +14,10 @@ import streamlit as st
 
 from ui import client
 
-KIND_LABELS = {
-    "crash": "crash (node killed, never returns)",
-    "outage": "outage (node down for a while, then rejoins)",
-    "flapping": "flapping (repeated outages)",
-    "partition": "partition (link blackholed for a while)",
-    "straggler": "straggler (node computes slower)",
-    "misconfig": "misconfig (bad learning rate, flipped labels, noise, NaN)",
-    "degrade": "degrade link (bandwidth / latency / loss)",
-    "superlink-restart": "SuperLink restart",
-}
-KIND_PARAMS = {
-    "crash": [],
-    "outage": ["duration_s"],
-    "flapping": ["duration_s", "repeat"],
-    "partition": ["duration_s"],
-    "straggler": ["factor", "rounds"],
-    "misconfig": ["mode", "factor", "rounds"],
-    "degrade": ["bandwidth_mbps", "latency_ms", "loss_pct", "duration_s"],
-    "superlink-restart": [],
-}
-DEFAULTS: dict[str, Any] = {
+DEFAULTS: dict[str, Any] = {  # first values offered for common parameters
     "duration_s": 10.0,
     "repeat": 3,
     "factor": 3.0,
-    "rounds": 2,
-    "bandwidth_mbps": 5.0,
-    "latency_ms": 200.0,
-    "loss_pct": 1.0,
 }
 
 
@@ -55,33 +32,33 @@ def _json_type(schema: dict[str, Any]) -> tuple[str, list[Any] | None]:
     return "other", None
 
 
-def _param_input(name: str, field: dict[str, Any]) -> Any:
-    kind, values = _json_type(field["schema"])
-    label = f"{name} — {field['description']}" if field["description"] else name
+def _param_input(name: str, field: dict[str, Any], required: bool) -> Any:
+    """An input for one parameter; an optional number starts empty (not set)."""
+    kind, values = _json_type(field)
+    desc = field.get("description", "")
+    label = f"{name} — {desc}" if desc else name
     if kind == "enum" and values:
         return st.selectbox(label, values, key=f"fault-{name}")
+    start = field.get("default", DEFAULTS.get(name, 1)) if required or name in DEFAULTS else None
     if kind == "integer":
-        return int(
-            st.number_input(
-                label, min_value=1, value=int(DEFAULTS.get(name, 1)), key=f"fault-{name}"
-            )
-        )
-    return float(
-        st.number_input(
-            label, min_value=0.0, value=float(DEFAULTS.get(name, 1.0)), key=f"fault-{name}"
-        )
+        v = st.number_input(label, min_value=1, value=start, step=1, key=f"fault-{name}")
+        return None if v is None else int(v)
+    v = st.number_input(
+        label, min_value=0.0, value=None if start is None else float(start), key=f"fault-{name}"
     )
+    return None if v is None else float(v)
 
 
 def fault_form(run_id: str, fleet: dict[str, Any]) -> None:
     """Kind, target (a client node or a whole tier), the kind's parameters; Inject now."""
     schema = client.fault_schema()
-    kinds = schema["kinds"]
+    details = schema["details"]
     kind = st.selectbox(
-        "Fault", kinds, key="fault-kind", format_func=lambda k: KIND_LABELS.get(k, k)
+        "Fault", schema["kinds"], key="fault-kind", format_func=lambda k: details[k]["label"]
     )
+    about = details[kind]
     fault: dict[str, Any] = {"kind": kind}
-    if kind != "superlink-restart":
+    if about["target"] != "server":
         clients = [n["name"] for n in fleet["nodes"] if n["role"] == "client"]
         tiers = sorted({n["tier"] for n in fleet["nodes"] if n["role"] == "client"})
         targets = clients + [f"tier: {t}" for t in tiers]
@@ -90,9 +67,8 @@ def fault_form(run_id: str, fleet: dict[str, Any]) -> None:
             fault["tier"] = target.removeprefix("tier: ")
         else:
             fault["node"] = target
-    for name in KIND_PARAMS.get(kind, []):
-        if name in schema["fields"]:
-            fault[name] = _param_input(name, schema["fields"][name])
+    for name, field in about["params"].items():
+        fault[name] = _param_input(name, field, name in about["required"])
     if st.button("Inject now", type="primary", icon=":material/bolt:"):
         t0 = time.time()
         try:

@@ -95,13 +95,13 @@ def timeline(run_id: str, running: bool) -> None:
     curves), then a ticker of faults, effects and the latest events (every 0.5 s)."""
 
     def chart() -> None:
-        ev = charts.event_frame(client.live_events(run_id))
+        ev = charts.event_frame(client.live_events(run_id), client.fault_schema()["details"])
         if not ev.empty:
-            cols = ["id", "t_s", "kind", "node", "what", "category"]
+            cols = ["id", "t_s", "kind", "node", "what", "category", "marker"]
             st.vega_lite_chart(ev[cols], charts.timeline(ev), width="stretch")
 
     def ticker() -> None:
-        ev = charts.event_frame(client.live_events(run_id))
+        ev = charts.event_frame(client.live_events(run_id), client.fault_schema()["details"])
         if ev.empty:
             st.caption("no events yet")
             return

@@ -1,0 +1,24 @@
+"""Fault kinds, one registered class each (see :mod:`testbed.faults.base`).
+
+``FAULT_KINDS`` holds every kind: the built-in ones below register themselves when
+this package is imported; a kind defined elsewhere registers with
+``@register_fault("name")`` before the spec that uses it is loaded.
+"""
+
+from __future__ import annotations
+
+from testbed.faults import link, node, pause, server  # noqa: F401  (register themselves)
+from testbed.faults.base import (
+    FAULT_KINDS,
+    FaultContext,
+    FaultKind,
+    FaultParams,
+    register_fault,
+)
+
+__all__ = ["FAULT_KINDS", "FaultContext", "FaultKind", "FaultParams", "register_fault", "schema"]
+
+
+def schema() -> dict[str, dict[str, object]]:
+    """Every registered kind described (label, marker, target, parameters), by name."""
+    return {name: FAULT_KINDS[name].describe() for name in FAULT_KINDS}

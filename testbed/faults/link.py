@@ -1,0 +1,109 @@
+"""Fault kinds that act on a client node's link: partition, degrade.
+
+Each acts through the backend's links (:class:`testbed.emulation.link.Link`); a run
+without emulated links (``links.mode: none``) rejects them (``fault_rejected``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from testbed.faults.base import FaultContext, FaultKind, FaultParams, register_fault
+
+LINK_KEYS = ("bandwidth_mbps", "latency_ms", "jitter_ms", "loss_pct")
+
+
+def link_of(ctx: FaultContext, name: str | None, what: str) -> Any:
+    """The emulated link of node ``name`` (NotImplementedError when links are off)."""
+    link = ctx.backend.links.get(name or "")
+    if link is None:
+        raise NotImplementedError(f"{what} needs emulated links (links.mode: proxy or netem)")
+    return link
+
+
+def current_params(link: Any) -> dict[str, Any]:
+    """The link's parameters now, as a dict (from its counters, as every kind has)."""
+    params = link.counters()["params"]
+    return dict(params) if isinstance(params, dict) else dict(params.to_dict())
+
+
+class PartitionParams(FaultParams):
+    """A link blackholed for a while."""
+
+    duration_s: float = Field(gt=0, description="seconds the link stays cut")
+
+
+class DegradeParams(FaultParams):
+    """New link properties, for a while or for good."""
+
+    bandwidth_mbps: float | None = Field(None, gt=0, description="new bandwidth, Mbit/s")
+    latency_ms: float | None = Field(None, ge=0, description="new one-way latency, ms")
+    jitter_ms: float | None = Field(None, ge=0, description="new jitter, ms")
+    loss_pct: float | None = Field(None, ge=0, lt=100, description="new loss, percent")
+    duration_s: float | None = Field(None, gt=0, description="seconds before the link is restored")
+
+    @model_validator(mode="after")
+    def _some_change(self) -> DegradeParams:
+        if not self.changes():
+            raise ValueError(f"a degrade fault needs one of {', '.join(LINK_KEYS)}")
+        return self
+
+    def changes(self) -> dict[str, float]:
+        """The link properties the fault sets."""
+        return {k: getattr(self, k) for k in LINK_KEYS if getattr(self, k) is not None}
+
+
+@register_fault("partition")
+class Partition(FaultKind):
+    """The node's link holds all traffic (connections kept) for ``duration_s``."""
+
+    Params = PartitionParams
+    target = "link"
+    label = "partition (link blackholed for a while)"
+    marker = "stroke"
+    effects = ("link_partitioned", "link_healed")
+
+    def apply(self, ctx: FaultContext, name: str | None) -> None:
+        link_of(ctx, name, "partition").partition(True)
+        ctx.event("link_partitioned", name, duration_s=self.params.duration_s)
+
+    def undo_after_s(self) -> float:
+        return float(self.params.duration_s)
+
+    def undo(self, ctx: FaultContext, name: str | None, state: Any) -> None:
+        link_of(ctx, name, "partition").partition(False)
+        ctx.event("link_healed", name)
+
+
+@register_fault("degrade")
+class Degrade(FaultKind):
+    """The node's link changes bandwidth / latency / jitter / loss now (connections
+    kept), and is restored after ``duration_s`` when given."""
+
+    Params = DegradeParams
+    target = "link"
+    label = "degrade link (bandwidth / latency / loss)"
+    marker = "wedge"
+    effects = ("link_degraded", "link_restored")
+
+    def apply(self, ctx: FaultContext, name: str | None) -> dict[str, Any]:
+        from testbed.emulation.link import LinkParams
+
+        link = link_of(ctx, name, "changing a link")
+        changes = self.params.changes()
+        current = current_params(link)
+        link.set_params(LinkParams(**{**current, **changes}))
+        ctx.event("link_degraded", name, duration_s=self.params.duration_s, **changes)
+        return {k: current.get(k) for k in changes}
+
+    def undo_after_s(self) -> float | None:
+        return self.params.duration_s
+
+    def undo(self, ctx: FaultContext, name: str | None, state: Any) -> None:
+        from testbed.emulation.link import LinkParams
+
+        link = link_of(ctx, name, "changing a link")
+        link.set_params(LinkParams(**{**current_params(link), **state}))
+        ctx.event("link_restored", name, **state)

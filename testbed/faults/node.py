@@ -1,0 +1,150 @@
+"""Fault kinds that act on a client node: crash, outage, flapping, straggler, misconfig.
+
+Each acts through the backend's node handle (:class:`testbed.backends.base.NodeHandle`):
+``kill``/``start`` for the node's process (or container), ``set_control`` for the live
+controls its ClientApp reads at every task (slowdown, misconfiguration).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from nodes.emulation import NodeControl
+from testbed.faults.base import FaultContext, FaultKind, FaultParams, register_fault
+
+DOWN_EFFECTS = ("node_down", "node_restarted", "node_rejoined")
+
+
+class NoParams(FaultParams):
+    """A kind without parameters of its own."""
+
+
+class DownParams(FaultParams):
+    """A node down for a while."""
+
+    duration_s: float = Field(gt=0, description="seconds the node stays down")
+
+
+class FlappingParams(DownParams):
+    """Repeated outages."""
+
+    repeat: int = Field(3, ge=1, description="down/up cycles")
+
+
+class StragglerParams(FaultParams):
+    """A node that computes slower."""
+
+    factor: float = Field(gt=0, description="slowdown of compute time, e.g. 3.0")
+    rounds: int | None = Field(None, ge=1, description="rounds affected (None: to the end)")
+
+
+class MisconfigParams(FaultParams):
+    """A node that sends faulty updates."""
+
+    mode: Literal["lr", "label-flip", "noise", "nan"] = Field(
+        description="lr (learning rate x factor), label-flip, noise (std factor), nan"
+    )
+    factor: float | None = Field(None, gt=0, description="lr multiplier or noise std")
+    rounds: int | None = Field(None, ge=1, description="rounds affected (None: to the end)")
+
+
+def until_round(ctx: FaultContext, phase: str, rounds: int | None) -> int | None:
+    """Last round a fault that lasts ``rounds`` rounds applies to (None: to the end)."""
+    start = max(ctx.round, 1) if phase == "during" else ctx.round + 1
+    return None if rounds is None else start + rounds - 1
+
+
+@register_fault("crash")
+class Crash(FaultKind):
+    """SIGKILL of the node (no goodbye); it never returns."""
+
+    Params = NoParams
+    label = "crash (node killed, never returns)"
+    marker = "cross"
+    effects = ("node_down",)
+
+    def apply(self, ctx: FaultContext, name: str | None) -> None:
+        assert name is not None
+        ctx.backend.node(name).kill()
+        ctx.node_down(name, "crash (never returns)", self.name)
+
+
+@register_fault("outage")
+class Outage(FaultKind):
+    """The node is killed, and started again (same identity) ``duration_s`` later."""
+
+    Params = DownParams
+    label = "outage (node down for a while, then rejoins)"
+    marker = "square"
+    effects = DOWN_EFFECTS
+
+    def apply(self, ctx: FaultContext, name: str | None) -> int:
+        assert name is not None
+        ctx.backend.node(name).kill()
+        ctx.node_down(name, f"{self.name} for {self.params.duration_s} s", self.name)
+        return 1
+
+    def undo_after_s(self) -> float:
+        return float(self.params.duration_s)
+
+    def undo(self, ctx: FaultContext, name: str | None, state: Any) -> None:
+        assert name is not None
+        ctx.backend.node(name).start()
+        ctx.node_restarted(name)
+
+
+@register_fault("flapping")
+class Flapping(Outage):
+    """``repeat`` outages of ``duration_s`` each, ``duration_s`` apart."""
+
+    Params = FlappingParams
+    label = "flapping (repeated outages)"
+    marker = "triangle-up"
+
+    def undo(self, ctx: FaultContext, name: str | None, state: Any) -> None:
+        super().undo(ctx, name, state)
+        cycle = int(state)
+        if cycle < self.params.repeat:
+
+            def again() -> None:
+                self.apply(ctx, name)
+                ctx.later(self.undo_after_s(), lambda: self.undo(ctx, name, cycle + 1))
+
+            ctx.later(self.undo_after_s(), again)
+
+
+@register_fault("straggler")
+class Straggler(FaultKind):
+    """The node's compute takes ``factor`` times longer for ``rounds`` rounds."""
+
+    Params = StragglerParams
+    label = "straggler (node computes slower)"
+    marker = "triangle-down"
+    effects = ("straggler_set",)
+
+    def apply(self, ctx: FaultContext, name: str | None) -> None:
+        assert name is not None
+        until = until_round(ctx, self.spec.phase, self.params.rounds)
+        control = NodeControl(slowdown=self.params.factor, until_round=until)
+        ctx.backend.node(name).set_control(control)
+        ctx.event("straggler_set", name, factor=self.params.factor, until_round=until)
+
+
+@register_fault("misconfig")
+class Misconfig(FaultKind):
+    """The node trains with a bad learning rate, flipped labels, noise or NaN."""
+
+    Params = MisconfigParams
+    label = "misconfig (bad learning rate, flipped labels, noise, NaN)"
+    marker = "diamond"
+    effects = ("misconfig_set",)
+
+    def apply(self, ctx: FaultContext, name: str | None) -> None:
+        assert name is not None
+        p = self.params
+        until = until_round(ctx, self.spec.phase, p.rounds)
+        control = NodeControl(misconfig=p.mode, factor=p.factor or 1.0, until_round=until)
+        ctx.backend.node(name).set_control(control)
+        ctx.event("misconfig_set", name, mode=p.mode, factor=p.factor, until_round=until)

@@ -224,6 +224,17 @@ def read_spec(path: str | Path) -> str:
     return decode(data, str(path))
 
 
+def error_at(path: str | Path, yaml_path: str, message: str) -> SpecError:
+    """A :class:`SpecError` about ``yaml_path`` of a file, with its line (0 if the file
+    cannot be read or the path is not in it)."""
+    loc = tuple(_index(x) for x in yaml_path.split(".")) if yaml_path else ()
+    try:
+        _raw, lines = read_yaml(read_spec(path), str(path))
+    except SpecError:
+        lines = {}
+    return SpecError(str(path), [Problem(yaml_path, line_of(loc, lines), message)])
+
+
 def load_spec(path: str | Path, overrides: list[tuple[str, Any]] | None = None) -> Experiment:
     """Load and validate an experiment file."""
     return parse_spec(read_spec(path), str(path), overrides)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
@@ -132,6 +133,16 @@ def create_app(
         return JSONResponse(
             {"detail": exc.message, "problems": exc.problems}, status_code=exc.status
         )
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own handler echoes each rejected input, which fails on NaN/Infinity
+        # (not JSON); name the field and the reason only.
+        problems = [
+            {"loc": [str(part) for part in e.get("loc", ())], "msg": str(e.get("msg", ""))}
+            for e in exc.errors()
+        ]
+        return JSONResponse({"detail": problems}, status_code=422)
 
     @app.get("/health", tags=["service"])
     async def health() -> dict[str, Any]:

@@ -90,7 +90,7 @@ def read_value(text: str, source: str) -> Any:
 
 def _load(text: str, source: str) -> tuple[yaml.Node | None, Any]:
     _check_size(len(text.encode("utf-8", "surrogatepass")), source)
-    loader = yaml.SafeLoader(text)
+    loader = _guarded(lambda: yaml.SafeLoader(text), source)  # it reads the text at once
     try:
         node = _guarded(loader.get_single_node, source)
         if node is None:

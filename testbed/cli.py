@@ -32,15 +32,34 @@ def _fail(msg: str) -> typer.Exit:
     return typer.Exit(2)
 
 
+def _fits(file: Path, experiments: list, backend: str, parallel: int = 1) -> None:
+    """Refuse a fleet that would not fit on this machine (before anything starts)."""
+    from testbed.capacity import FleetTooLarge, check_sweep
+    from testbed.spec.loader import error_at
+
+    try:
+        check_sweep(experiments, backend, parallel)
+    except FleetTooLarge as e:
+        raise _fail(str(error_at(file, e.path, str(e).removeprefix(f"{e.path}: ")))) from None
+
+
 @app.command()
-def validate(file: Path, set_: SetOpt = None) -> None:
-    """Validate an experiment file; print every error with its path and line."""
+def validate(
+    file: Path,
+    set_: SetOpt = None,
+    backend: Annotated[str, typer.Option(help="check the fleet fits this backend here")] = "local",
+) -> None:
+    """Validate an experiment file; print every error with its path and line.
+
+    For the local backend it also checks that the fleet fits on this machine.
+    """
     from testbed.spec.loader import SpecError, expand, parse_set
 
     try:
         runs = expand(file, parse_set(set_ or []))
     except SpecError as e:
         raise _fail(str(e)) from None
+    _fits(file, [e for _a, e in runs], backend)
     exp = runs[0][1]
     console.print(
         f"[green]ok[/] {file}: experiment {exp.name!r}, {len(runs)} configuration(s)"
@@ -83,6 +102,7 @@ def run(
         raise _fail(str(e)) from None
     if parallel < 1:
         raise _fail("--parallel: must be >= 1")
+    _fits(file, [it.experiment for it in items], backend, parallel if item is None else 1)
     sweep = sweep_id or (
         sweep_id_of(str(file), file.read_text() + json.dumps(set_ or []))
         if len(items) > 1

@@ -76,8 +76,10 @@ class ConsoleObserver:
             else {}
         )
         self.console.print(f"run [bold]{run_id}[/]")
+        # transient: once the run ends, the live view gives way to the summary, which
+        # shows every node's recorded statuses (the live view only guesses them)
         self.live = Live(
-            self._render(), console=self.console, refresh_per_second=4, transient=False
+            self._render(), console=self.console, refresh_per_second=4, transient=True
         )
         self.live.start()
 
@@ -88,7 +90,8 @@ class ConsoleObserver:
         elif kind == "event" and name == "round_start":
             self.progress.update(self.task, info=f"round {rec['round']} training")
             for s in self.nodes.values():
-                s["state"], s["round"] = "training", rec["round"]
+                if s.get("state") != "failed":  # a node that failed shows it until it replies
+                    s["state"], s["round"] = "training", rec["round"]
         elif kind == "event" and name == "round_end":
             self.progress.update(
                 self.task, completed=rec["round"], info=f"round {rec['round']} done"

@@ -4,48 +4,79 @@ Every route is a thin wrapper over :class:`testbed.controller.service.Controller
 Cursors: ``/runs/{id}/metrics?since=N`` and ``/runs/{id}/events?since=N`` return the
 rows after row id ``N`` and the new cursor, so a live view fetches only what is new.
 With a token, every route but ``/health`` and the docs needs
-``Authorization: Bearer <token>``.
+``Authorization: Bearer <token>`` (compared in constant time). Bodies, spec texts and
+identifiers are limited and checked first (:mod:`testbed.controller.guard`): 413 for a
+body over the limit, 422 for a malformed id or name, 404 for a file outside the store.
 """
 
 from __future__ import annotations
 
 import asyncio
-import secrets
+import hmac
+import re
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request
+from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
+from testbed.controller.guard import (
+    FILE_NAME_PATTERN,
+    MAX_ID_CHARS,
+    MAX_OVERRIDES,
+    MAX_UPLOAD_CHARS,
+    RUN_ID_PATTERN,
+    BodyLimit,
+    inside,
+)
 from testbed.controller.service import Controller, UserError
 
-OPEN_PATHS = ("/health", "/docs", "/openapi.json", "/redoc")
+OPEN_PATHS = frozenset({"/health", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc"})
+MAX_CURSOR = 2**63 - 1  # SQLite's largest integer
+
+RunId = Annotated[
+    str, PathParam(pattern=RUN_ID_PATTERN, max_length=MAX_ID_CHARS, description="run id or prefix")
+]
+FileName = Annotated[str, PathParam(pattern=FILE_NAME_PATTERN, max_length=MAX_ID_CHARS)]
+Cursor = Annotated[int, Query(ge=0, le=MAX_CURSOR)]
+SpecText = Annotated[str, Field(max_length=MAX_UPLOAD_CHARS, description="experiment YAML")]
+Overrides = Annotated[
+    list[Annotated[str, Field(max_length=1000)]],
+    Field(default_factory=list, max_length=MAX_OVERRIDES, description="key.path=value"),
+]
 
 
 class ValidateBody(BaseModel):
     """YAML text to validate, with ``key.path=value`` overrides."""
 
-    text: str
-    source: str = "experiment.yaml"
-    set: list[str] = Field(default_factory=list)
+    text: SpecText
+    source: str = Field("experiment.yaml", max_length=MAX_ID_CHARS)
+    set: Overrides
 
 
 class LaunchBody(BaseModel):
     """Launch a file of the experiments folder (``experiment``) or YAML ``text``."""
 
-    experiment: str | None = None
-    text: str | None = None
-    name: str | None = Field(None, description="file name for text (saved under specs/)")
-    set: list[str] = Field(default_factory=list)
+    experiment: str | None = Field(None, max_length=MAX_ID_CHARS)  # a path in it: 404
+    text: SpecText | None = None
+    name: str | None = Field(
+        None,
+        pattern=FILE_NAME_PATTERN,
+        max_length=MAX_ID_CHARS,
+        description="file name for text (saved under specs/)",
+    )
+    set: Overrides
 
 
 class FleetBody(BaseModel):
     """An experiment's YAML text whose planned fleet is wanted."""
 
-    text: str
-    set: list[str] = Field(default_factory=list)
+    text: SpecText
+    set: Overrides
 
 
 class FaultBody(BaseModel):
@@ -53,9 +84,9 @@ class FaultBody(BaseModel):
 
     model_config = {"extra": "allow"}
 
-    kind: str
-    node: str | None = None
-    tier: str | None = None
+    kind: str = Field(max_length=MAX_ID_CHARS)
+    node: str | None = Field(None, max_length=MAX_ID_CHARS)
+    tier: str | None = Field(None, max_length=MAX_ID_CHARS)
     wait_s: float = Field(5.0, ge=0, le=60, description="wait this long for it to apply")
 
 
@@ -89,17 +120,29 @@ def create_app(
 
     @app.middleware("http")
     async def require_token(request: Request, call_next):  # noqa: ANN202
-        if token and not request.url.path.startswith(OPEN_PATHS):
+        if token and request.url.path not in OPEN_PATHS:
             given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-            if not secrets.compare_digest(given.encode(), token.encode()):
+            if not hmac.compare_digest(given.encode(), token.encode()):  # constant time
                 return JSONResponse({"detail": "missing or wrong token"}, status_code=401)
         return await call_next(request)
+
+    app.add_middleware(BodyLimit)  # outermost: before the token is even looked at
 
     @app.exception_handler(UserError)
     async def user_error(_request: Request, exc: UserError) -> JSONResponse:
         return JSONResponse(
             {"detail": exc.message, "problems": exc.problems}, status_code=exc.status
         )
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own handler echoes each rejected input, which fails on NaN/Infinity
+        # (not JSON); name the field and the reason only.
+        problems = [
+            {"loc": [str(part) for part in e.get("loc", ())], "msg": str(e.get("msg", ""))}
+            for e in exc.errors()
+        ]
+        return JSONResponse({"detail": problems}, status_code=422)
 
     @app.get("/health", tags=["service"])
     async def health() -> dict[str, Any]:
@@ -118,7 +161,7 @@ def create_app(
         return ctl.experiments()
 
     @app.get("/experiments/{name}", tags=["experiments"], response_class=PlainTextResponse)
-    async def experiment_text(name: str) -> str:
+    async def experiment_text(name: Annotated[str, PathParam(max_length=MAX_ID_CHARS)]) -> str:
         """The YAML text of an experiment file."""
         return ctl.experiment_text(name)
 
@@ -145,11 +188,11 @@ def create_app(
         return ctl.all_jobs()
 
     @app.get("/launches/{job_id}", tags=["launches"])
-    async def launch_status(job_id: str) -> dict[str, Any]:
+    async def launch_status(job_id: FileName) -> dict[str, Any]:
         return ctl.job(job_id)
 
     @app.post("/launches/{job_id}/stop", tags=["launches"])
-    async def stop_launch(job_id: str, force: bool = False) -> dict[str, Any]:
+    async def stop_launch(job_id: FileName, force: bool = False) -> dict[str, Any]:
         """SIGINT the launch (its run is marked interrupted); ``force``: SIGKILL."""
         return ctl.stop_job(job_id, force)
 
@@ -160,22 +203,22 @@ def create_app(
         return ctl.runs()
 
     @app.get("/runs/{run_id}", tags=["runs"])
-    async def run(run_id: str) -> dict[str, Any]:
+    async def run(run_id: RunId) -> dict[str, Any]:
         """One run (id or unique prefix): status, summary, metadata, round progress."""
         return ctl.run(run_id)
 
     @app.post("/runs/{run_id}/stop", tags=["runs"])
-    async def stop_run(run_id: str) -> dict[str, Any]:
+    async def stop_run(run_id: RunId) -> dict[str, Any]:
         """Stop a running run (SIGINT to its `testbed run` process)."""
         return ctl.stop_run(run_id)
 
     @app.get("/runs/{run_id}/metrics", tags=["runs"])
-    async def metrics(run_id: str, since: Annotated[int, Query(ge=0)] = 0) -> dict[str, Any]:
+    async def metrics(run_id: RunId, since: Cursor = 0) -> dict[str, Any]:
         """Metric rows after cursor ``since``: id, round, node, name, value, ts."""
         return ctl.metrics_since(run_id, since)
 
     @app.get("/runs/{run_id}/metrics.csv", tags=["runs"])
-    async def metrics_csv(run_id: str) -> Response:
+    async def metrics_csv(run_id: RunId) -> Response:
         """All metrics of a run, long format (round, node, name, value, ts)."""
         rid, text = ctl.metrics_csv(run_id)
         return Response(
@@ -185,43 +228,51 @@ def create_app(
         )
 
     @app.get("/runs/{run_id}/events", tags=["runs"])
-    async def events(run_id: str, since: Annotated[int, Query(ge=0)] = 0) -> dict[str, Any]:
+    async def events(run_id: RunId, since: Cursor = 0) -> dict[str, Any]:
         """Event rows after cursor ``since``: id, ts, kind, round, node, data."""
         return ctl.events_since(run_id, since)
 
     @app.get("/runs/{run_id}/tagged-metrics", tags=["runs"])
-    async def tagged_metrics(run_id: str) -> list[dict[str, Any]]:
+    async def tagged_metrics(run_id: RunId) -> list[dict[str, Any]]:
         """All metric rows of a run with their tags: round, node, name, value, tags."""
         return ctl.tagged_metrics(run_id)
 
     @app.get("/runs/{run_id}/artifacts", tags=["runs"])
-    async def artifacts(run_id: str) -> list[str]:
+    async def artifacts(run_id: RunId) -> list[str]:
         """Files of the run's folder the dashboard may show (PNG plots, results.json, CSV)."""
         return ctl.artifacts(run_id)
 
     @app.get("/runs/{run_id}/artifacts/{name}", tags=["runs"])
-    async def artifact(run_id: str, name: str) -> FileResponse:
-        """One of those files."""
-        return FileResponse(ctl.artifact_path(run_id, name))
+    async def artifact(run_id: RunId, name: FileName) -> FileResponse:
+        """One of those files (only inside the run store)."""
+        path = ctl.artifact_path(run_id, name)
+        if not inside(ctl.store_root, path):
+            raise UserError(404, f"run {run_id} has no artifact {name!r}")
+        return FileResponse(path)
 
     @app.get("/runs/{run_id}/status", tags=["runs"])
-    async def round_status(run_id: str) -> list[dict[str, Any]]:
+    async def round_status(run_id: RunId) -> list[dict[str, Any]]:
         """Per (round, node) status: completed | failed | excluded | late, with reason."""
         return ctl.round_status(run_id)
 
     @app.get("/runs/{run_id}/fleet", tags=["runs"])
-    async def fleet(run_id: str) -> dict[str, Any]:
+    async def fleet(run_id: RunId) -> dict[str, Any]:
         """Nodes and links of a run, each with its state now (or at the run's end)."""
         return ctl.fleet(run_id)
 
     @app.get("/runs/{run_id}/spec", tags=["runs"], response_class=PlainTextResponse)
-    async def spec(run_id: str) -> str:
+    async def spec(run_id: RunId) -> str:
         """The resolved spec the run snapshotted."""
         return ctl.spec_text(run_id)
 
     @app.get("/compare", tags=["runs"])
-    async def compare(run: Annotated[list[str], Query(min_length=1)]) -> dict[str, Any]:
+    async def compare(
+        run: Annotated[list[str], Query(min_length=1, max_length=MAX_OVERRIDES)],
+    ) -> dict[str, Any]:
         """Runs side by side: rows and the resolved-spec keys whose values differ."""
+        bad = [r for r in run if not re.fullmatch(RUN_ID_PATTERN, r) or len(r) > MAX_ID_CHARS]
+        if bad:
+            raise UserError(422, f"run: not run ids {bad[:5]!r} (letters, digits and '-')")
         return ctl.compare(run)
 
     # -- faults ---------------------------------------------------------------------
@@ -231,7 +282,7 @@ def create_app(
         return ctl.fault_schema()
 
     @app.post("/runs/{run_id}/inject", tags=["faults"], status_code=201)
-    async def inject(run_id: str, body: FaultBody) -> dict[str, Any]:
+    async def inject(run_id: RunId, body: FaultBody) -> dict[str, Any]:
         """Inject a fault into a running run now; waits up to ``wait_s`` for it to apply."""
         fault = body.model_dump(exclude={"wait_s"})
         out = ctl.inject(run_id, fault)
@@ -243,7 +294,7 @@ def create_app(
         return {**out, "status": status}
 
     @app.get("/runs/{run_id}/injections", tags=["faults"])
-    async def injections(run_id: str) -> list[dict[str, Any]]:
+    async def injections(run_id: RunId) -> list[dict[str, Any]]:
         """Live injections into a run and whether they were applied."""
         return ctl.injections(run_id)
 

@@ -130,7 +130,13 @@ class ShapingProxy:
             self._server = None
         for conn in list(self._shaper.conns):
             conn.close()
-        await asyncio.sleep(0)
+        # also the handlers still connecting (not in conn.tasks): a task left pending
+        # when the loop closes prints "Task was destroyed but it is pending!"
+        others = asyncio.all_tasks() - {asyncio.current_task()}
+        for t in others:
+            t.cancel()
+        if others:
+            await asyncio.wait(others, timeout=2.0)
 
     def __enter__(self) -> ShapingProxy:
         self.start()

@@ -1,67 +1,31 @@
-"""Load experiment YAML into :class:`Experiment`, reporting every error with path + line."""
+"""Load experiment YAML into :class:`Experiment`, reporting every error with path + line.
+
+Reading (bytes, YAML, limits, lines) is :mod:`testbed.spec.rawyaml`; this module maps
+pydantic's errors onto the file, applies ``--set`` overrides and expands sweeps.
+"""
 
 from __future__ import annotations
 
 import copy
 import itertools
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
-from testbed.spec.models import Experiment
+from testbed.spec.errors import Loc, Problem, SpecError, dotted, unique
+from testbed.spec.models import MAX_FLEET_NODES, Experiment
+from testbed.spec.rawyaml import decode, line_of, nonfinite, read_value, read_yaml
 
-Loc = tuple[str | int, ...]
+__all__ = ["Problem", "SpecError", "expand", "load_spec", "parse_set", "parse_spec"]
 
-
-@dataclass(frozen=True)
-class Problem:
-    """One validation error: YAML path, line (1-based, 0 if unknown) and message."""
-
-    path: str
-    line: int
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.line}: {self.path or '<top>'}: {self.message}"
-
-
-class SpecError(ValueError):
-    """An experiment file is invalid; ``problems`` lists every error found."""
-
-    def __init__(self, source: str, problems: list[Problem]) -> None:
-        self.source = source
-        self.problems = problems
-        lines = "\n".join(f"  {source}:{p}" for p in problems)
-        super().__init__(f"{len(problems)} error(s) in {source}:\n{lines}")
-
-
-def _line_map(node: yaml.Node, path: Loc, out: dict[Loc, int], dups: list[Problem]) -> None:
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for k, v in node.value:
-            key = k.value
-            if key in seen:
-                dups.append(Problem(_dotted(path + (key,)), k.start_mark.line + 1, "duplicate key"))
-            seen.add(key)
-            out[path + (key,)] = k.start_mark.line + 1
-            _line_map(v, path + (key,), out, dups)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, v in enumerate(node.value):
-            out[path + (i,)] = v.start_mark.line + 1
-            _line_map(v, path + (i,), out, dups)
-
-
-def _dotted(loc: Loc) -> str:
-    return ".".join(str(x) for x in loc)
+MAX_RUNS = 10_000  # configurations x repetitions of one file (a sweep)
 
 
 def _resolve(loc: Loc, lines: dict[Loc, int]) -> tuple[Loc, int]:
     """Map a pydantic loc onto the YAML: skip union/tag elements absent from the file."""
     path: Loc = ()
-    line = 0
+    line = lines.get((), 0)
     for el in loc:
         if path + (el,) in lines:
             path = path + (el,)
@@ -73,19 +37,32 @@ def _resolve(loc: Loc, lines: dict[Loc, int]) -> tuple[Loc, int]:
     return path, line
 
 
+def _index(part: str) -> str | int:
+    return int(part) if part.isascii() and part.isdigit() else part
+
+
+def _message(e: Any) -> str:
+    msg = e["msg"].removeprefix("Value error, ")
+    if e["type"] == "extra_forbidden":
+        return "unknown key"
+    if e["type"] not in ("missing", "value_error") and "input" in e:
+        inp = e["input"]
+        if not isinstance(inp, dict | list):
+            msg += f" (got {_short(inp)})"
+    return msg
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _problems(err: ValidationError, lines: dict[Loc, int]) -> list[Problem]:
     out: list[Problem] = []
     for e in err.errors():
-        msg = e["msg"].removeprefix("Value error, ")
         loc = tuple(e["loc"])
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key"
-        elif e["type"] not in ("missing", "value_error") and "input" in e:
-            inp = e["input"]
-            if not isinstance(inp, dict | list):
-                msg += f" (got {inp!r})"
         # model-level errors carry "path: message" lines (see Experiment._references)
-        for part in msg.split("\n"):
+        for part in _message(e).split("\n"):
             head, sep, tail = part.partition(": ")
             sub: Loc = loc
             if (
@@ -94,22 +71,29 @@ def _problems(err: ValidationError, lines: dict[Loc, int]) -> list[Problem]:
                 and " " not in head
                 and head.split(".")[0] in Experiment.model_fields
             ):
-                sub = loc + tuple(int(x) if x.isdigit() else x for x in head.split("."))
+                sub = tuple(_index(x) for x in head.split("."))
                 part = tail
             path, line = _resolve(sub, lines)
-            out.append(Problem(_dotted(path), line, part))
+            out.append(Problem(dotted(path), line, part))
     return out
 
 
-def set_dotted(raw: dict, key: str, value: Any) -> None:
-    """Set ``a.b.0.c = value`` in a raw dict, creating mappings as needed."""
+def set_dotted(raw: dict, key: str, value: Any, source: str = "--set", line: int = 0) -> None:
+    """Set ``a.b.0.c = value`` in a raw dict, creating mappings as needed.
+
+    Raises
+    ------
+    SpecError
+        A list index that is not an item, or a path through a value that is not a
+        mapping (reported under ``source`` at ``line``).
+    """
     parts = key.split(".")
     cur: Any = raw
     for i, p in enumerate(parts):
         last = i == len(parts) - 1
         if isinstance(cur, list):
-            if not p.isdigit() or int(p) >= len(cur):
-                raise SpecError("--set", [Problem(key, 0, f"no list item {p!r}")])
+            if not (p.isascii() and p.isdigit()) or int(p) >= len(cur):
+                raise SpecError(source, [Problem(key, line, f"no list item {p!r}")])
             if last:
                 cur[int(p)] = value
             else:
@@ -120,17 +104,31 @@ def set_dotted(raw: dict, key: str, value: Any) -> None:
             else:
                 cur = cur.setdefault(p, {})
         else:
-            raise SpecError("--set", [Problem(key, 0, f"{'.'.join(parts[:i])} is not a mapping")])
+            where = ".".join(parts[:i])
+            raise SpecError(source, [Problem(key, line, f"{where} is not a mapping or a list")])
 
 
 def parse_set(items: list[str]) -> list[tuple[str, Any]]:
-    """Parse ``key.path=value`` strings; values are YAML scalars/lists."""
-    out = []
+    """Parse ``key.path=value`` strings; values are YAML scalars/lists.
+
+    Raises
+    ------
+    SpecError
+        An item without ``=`` or a key, or a value that is not YAML (every bad item is
+        reported, under ``--set``).
+    """
+    out, problems = [], []
     for item in items:
         key, sep, val = item.partition("=")
-        if not sep or not key:
-            raise SpecError("--set", [Problem(item, 0, "expected key.path=value")])
-        out.append((key.strip(), yaml.safe_load(val)))
+        if not sep or not key.strip():
+            problems.append(Problem(item, 0, "expected key.path=value"))
+            continue
+        try:
+            out.append((key.strip(), read_value(val, "--set")))
+        except SpecError as e:
+            problems += [Problem(key.strip(), 0, p.message) for p in e.problems]
+    if problems:
+        raise SpecError("--set", problems)
     return out
 
 
@@ -138,28 +136,10 @@ def parse_spec(
     text: str, source: str = "<string>", overrides: list[tuple[str, Any]] | None = None
 ) -> Experiment:
     """Validate YAML text into an :class:`Experiment` (sweep not expanded)."""
-    raw, lines = _read(text, source)
+    raw, lines = read_yaml(text, source)
     for k, v in overrides or []:
         set_dotted(raw, k, v)
     return _validate(raw, lines, source)
-
-
-def _read(text: str, source: str) -> tuple[dict, dict[Loc, int]]:
-    try:
-        node = yaml.compose(text)
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark else 0
-        raise SpecError(source, [Problem("", line, f"invalid YAML: {exc}")]) from None
-    if not isinstance(raw, dict):
-        raise SpecError(source, [Problem("", 1, "the file must be a mapping of keys")])
-    lines: dict[Loc, int] = {}
-    dups: list[Problem] = []
-    _line_map(node, (), lines, dups)
-    if dups:
-        raise SpecError(source, dups)
-    return raw, lines
 
 
 def _reference_problems(raw: dict, lines: dict[Loc, int]) -> list[Problem]:
@@ -173,7 +153,7 @@ def _reference_problems(raw: dict, lines: dict[Loc, int]) -> list[Problem]:
     for n in nodes:
         if isinstance(n, dict) and isinstance(n.get("id"), str):
             count = n.get("count", 1)
-            count = count if isinstance(count, int) and count > 0 else 1
+            count = count if isinstance(count, int) and 0 < count <= MAX_FLEET_NODES else 1
             nid = n["id"]
             names.update([nid] if count == 1 else [f"{nid}-{i}" for i in range(1, count + 1)])
     refs: list[tuple[Loc, object]] = []
@@ -189,32 +169,75 @@ def _reference_problems(raw: dict, lines: dict[Loc, int]) -> list[Problem]:
         ]
     return [
         Problem(
-            _dotted(loc),
+            dotted(loc),
             lines.get(loc, 0),
-            f"node {name!r} is not defined in fleet.nodes (defined: {sorted(names)})",
+            f"node {name!r} is not defined in fleet.nodes (defined: {_few(names)})",
         )
         for loc, name in refs
-        if name not in names
+        if not isinstance(name, str) or name not in names
     ]
 
 
+def _few(names: set[str], limit: int = 20) -> str:
+    """Up to ``limit`` names, sorted, and how many more there are."""
+    shown = sorted(names)[:limit]
+    more = len(names) - len(shown)
+    return f"{shown}" + (f" and {more} more" if more else "")
+
+
 def _validate(raw: dict, lines: dict[Loc, int], source: str) -> Experiment:
+    """Validate a raw document; every problem (type errors, undefined references,
+    infinite numbers) is reported together, each once."""
+    bad_numbers = nonfinite(raw, lines)
     try:
-        return Experiment.model_validate(raw)
+        exp = Experiment.model_validate(raw)
     except ValidationError as err:
         probs = _problems(err, lines)
         seen = {(p.path, p.line) for p in probs}
         probs += [p for p in _reference_problems(raw, lines) if (p.path, p.line) not in seen]
-        probs = sorted(probs, key=lambda p: (p.line or 10**9, p.path))
+        seen = {p.path for p in probs}
+        probs += [p for p in bad_numbers if p.path not in seen]
+        probs = sorted(unique(probs), key=lambda p: (p.line or 10**9, p.path))
         raise SpecError(source, probs) from None
+    # pydantic turns the string "1e309" (YAML 1.1 reads no float without a dot) into inf
+    bad_numbers = nonfinite(exp.model_dump(), lines)
+    if bad_numbers:
+        raise SpecError(source, bad_numbers)
+    return exp
+
+
+def read_spec(path: str | Path) -> str:
+    """The text of an experiment file (UTF-8, at most ``MAX_SPEC_BYTES``).
+
+    Raises
+    ------
+    SpecError
+        No such file, not readable, too large or not UTF-8.
+    """
+    p = Path(path)
+    try:
+        if not p.is_file():
+            raise SpecError(str(path), [Problem("", 0, "no such file")])
+        data = p.read_bytes()
+    except OSError as e:
+        raise SpecError(str(path), [Problem("", 0, f"cannot read: {e.strerror}")]) from None
+    return decode(data, str(path))
+
+
+def error_at(path: str | Path, yaml_path: str, message: str) -> SpecError:
+    """A :class:`SpecError` about ``yaml_path`` of a file, with its line (0 if the file
+    cannot be read or the path is not in it)."""
+    loc = tuple(_index(x) for x in yaml_path.split(".")) if yaml_path else ()
+    try:
+        _raw, lines = read_yaml(read_spec(path), str(path))
+    except SpecError:
+        lines = {}
+    return SpecError(str(path), [Problem(yaml_path, line_of(loc, lines), message)])
 
 
 def load_spec(path: str | Path, overrides: list[tuple[str, Any]] | None = None) -> Experiment:
     """Load and validate an experiment file."""
-    p = Path(path)
-    if not p.is_file():
-        raise SpecError(str(path), [Problem("", 0, "no such file")])
-    return parse_spec(p.read_text(encoding="utf-8"), str(path), overrides)
+    return parse_spec(read_spec(path), str(path), overrides)
 
 
 def expand(
@@ -223,13 +246,20 @@ def expand(
     """Expand a file's sweep grid into concrete experiments (one per combination).
 
     Returns ``(assignment, experiment)`` pairs; every combination is validated and all
-    errors of all combinations are reported together.
+    errors of all combinations are reported together, each once.
+
+    Raises
+    ------
+    SpecError
+        The file or a combination is invalid, or the sweep has more than
+        :data:`MAX_RUNS` runs (configurations x repetitions).
     """
-    p = Path(path)
-    base = load_spec(p, overrides)
+    text = read_spec(path)
+    base = parse_spec(text, str(path), overrides)
+    raw, lines = read_yaml(text, str(path))
+    _check_runs(base, lines, str(path))
     if not base.sweep.grid:
         return [({}, base)]
-    raw, lines = _read(p.read_text(encoding="utf-8"), str(path))
     for k, v in overrides or []:
         set_dotted(raw, k, v)
     raw.pop("sweep", None)
@@ -237,13 +267,27 @@ def expand(
     out, problems = [], []
     for combo in itertools.product(*(base.sweep.grid[k] for k in keys)):
         assign = dict(zip(keys, combo, strict=True))
-        r = copy.deepcopy(raw)
-        for k, v in assign.items():
-            set_dotted(r, k, v)
         try:
+            r = copy.deepcopy(raw)
+            for k, v in assign.items():
+                set_dotted(r, k, v, str(path), line_of(("sweep", "grid", k), lines))
             out.append((assign, _validate(r, lines, f"{path} [{assign}]")))
         except SpecError as e:
             problems += e.problems
     if problems:
-        raise SpecError(str(path), problems)
+        raise SpecError(str(path), unique(problems))
     return out
+
+
+def _check_runs(exp: Experiment, lines: dict[Loc, int], source: str) -> None:
+    configurations = 1
+    for values in exp.sweep.grid.values():
+        configurations *= len(values)
+    runs = configurations * exp.repetitions
+    if runs > MAX_RUNS:
+        msg = (
+            f"{configurations} configuration(s) x {exp.repetitions} repetition(s) = {runs} "
+            f"runs; one file may plan at most {MAX_RUNS}"
+        )
+        loc: Loc = ("sweep", "grid") if exp.sweep.grid else ("repetitions",)
+        raise SpecError(source, [Problem(dotted(loc), line_of(loc, lines), msg)])

@@ -8,6 +8,7 @@ imported here.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Any, Literal
 
 from pydantic import (
@@ -29,6 +30,8 @@ from testbed.spec.catalog import CATALOG, DeviceProfile
 Tier = Literal["edge", "fog", "cloud", "space"]
 TIERS: tuple[str, ...] = ("edge", "fog", "cloud", "space")
 NODE_ID = re.compile(r"^[a-z][a-z0-9-]*$")
+MAX_FLEET_NODES = 100_000  # nodes of one fleet, replicas included (beyond simulation scale)
+MAX_SEED = 2**32 - 1  # numpy and torch accept every seed up to here (+ repetitions)
 
 
 class LinkState(Frozen):
@@ -112,7 +115,7 @@ class NodeSpec(Frozen):
     id: str
     tier: Tier
     profile: str | DeviceProfile = "host"
-    count: int = Field(1, ge=1)
+    count: int = Field(1, ge=1, le=MAX_FLEET_NODES)
     role: Literal["server", "client", "none"] | None = None
 
     @field_validator("id")
@@ -140,6 +143,17 @@ class FleetSpec(Frozen):
     """The nodes of the continuum."""
 
     nodes: list[NodeSpec] = Field(min_length=1)
+
+    @field_validator("nodes")
+    @classmethod
+    def _total(cls, v: list[NodeSpec]) -> list[NodeSpec]:
+        total = sum(n.count for n in v)
+        if total > MAX_FLEET_NODES:
+            raise ValueError(
+                f"{total} nodes in all (counts included); a fleet may have at most "
+                f"{MAX_FLEET_NODES}"
+            )
+        return v
 
 
 class FaultSpec(Frozen):
@@ -287,8 +301,8 @@ class Experiment(Frozen):
 
     name: str = Field(min_length=1)
     description: str = ""
-    seed: int = 0
-    repetitions: int = Field(1, ge=1)
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    repetitions: int = Field(1, ge=1, le=10_000)
     profiles: dict[str, DeviceProfile] = Field(default_factory=dict)
     fleet: FleetSpec | None = None
     links: LinksSpec = LinksSpec()
@@ -314,7 +328,7 @@ class Experiment(Frozen):
                         f"choose one of {sorted(catalog)} or define it under profiles"
                     )
                 names += n.names()
-            dup = sorted({x for x in names if names.count(x) > 1})
+            dup = sorted(x for x, k in Counter(names).items() if k > 1)
             if dup:
                 errors.append(f"fleet.nodes: duplicate node names {dup}")
             if self.workload.fl is not None:

@@ -59,9 +59,15 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 @lru_cache(maxsize=256)
+def _resolved_text(artifact_dir: str) -> str:
+    return (Path(artifact_dir) / "spec.resolved.yaml").read_text()
+
+
 def _resolved(artifact_dir: str) -> str | None:
-    p = Path(artifact_dir) / "spec.resolved.yaml"
-    return p.read_text() if p.is_file() else None
+    """The run's resolved spec; a miss is not cached (a starting run writes it soon)."""
+    if not (Path(artifact_dir) / "spec.resolved.yaml").is_file():
+        return None
+    return _resolved_text(artifact_dir)
 
 
 class Controller:

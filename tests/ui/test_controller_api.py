@@ -202,3 +202,22 @@ def test_tagged_metrics_workload_kind_and_artifacts(
     for name in ("meta.json%2F..%2F..%2Ftestbed.db", "..%2Ftestbed.db", "missing.png"):
         r = requests.get(f"{url}/runs/{library_runs['radio']}/artifacts/{name}", timeout=10)
         assert r.status_code == 404
+
+
+def test_fleet_of_a_run_whose_spec_appears_after_the_first_request(controller: Controller) -> None:
+    """A starting run has no resolved spec yet; once it is written, its fleet is served
+    (a miss must not be remembered: the dashboard asks while runs start)."""
+    from testbed.runner import snapshot
+    from testbed.spec.loader import load_spec
+    from testbed.store import RunStore
+
+    store = RunStore(controller.store_root)
+    run_dir = store.create_run("starting-1", "quickstart", seed=1, backend="local")
+    url = f"{controller.url}/runs/starting-1/fleet"
+    r = requests.get(url, timeout=10)
+    assert r.status_code == 404 and "spec.resolved.yaml" in r.text
+    snapshot(load_spec(ROOT / "experiments" / "quickstart.yaml"), 1, run_dir, {})
+    r = requests.get(url, timeout=10)
+    assert r.status_code == 200, r.text
+    assert {n["name"] for n in r.json()["nodes"]} >= {"edge-1", "edge-2", "edge-3", "fog"}
+    store.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
     ConfigDict,
@@ -27,6 +27,9 @@ from testbed.functions.config import FunctionsSpec
 from testbed.space.config import SpaceSpec
 from testbed.spec.catalog import CATALOG, DeviceProfile
 
+if TYPE_CHECKING:
+    from testbed.emulation.link import LinkParams, LinkSchedule
+
 Tier = Literal["edge", "fog", "cloud", "space"]
 TIERS: tuple[str, ...] = ("edge", "fog", "cloud", "space")
 NODE_ID = re.compile(r"^[a-z][a-z0-9-]*$")
@@ -43,7 +46,7 @@ class LinkState(Frozen):
     loss_pct: float = Field(0.0, ge=0, le=100)
     partitioned: bool = False
 
-    def params(self):
+    def params(self) -> LinkParams:
         """As the link layer's ``LinkParams``."""
         from testbed.emulation.link import LinkParams
 
@@ -55,7 +58,7 @@ class LinkSegment(LinkState):
 
     at_s: float = Field(ge=0)
 
-    def params(self):
+    def params(self) -> LinkParams:
         from testbed.emulation.link import LinkParams
 
         return LinkParams(**self.model_dump(exclude={"at_s"}))
@@ -66,12 +69,12 @@ class LinkSpec(LinkState):
 
     schedule: list[LinkSegment] = Field(default_factory=list)
 
-    def params(self):
+    def params(self) -> LinkParams:
         from testbed.emulation.link import LinkParams
 
         return LinkParams(**self.model_dump(exclude={"schedule"}))
 
-    def link_schedule(self):
+    def link_schedule(self) -> LinkSchedule:
         """A ``LinkSchedule`` starting with this link's own properties at t = 0."""
         from testbed.emulation.link import LinkSchedule
 
@@ -82,9 +85,19 @@ class LinkSpec(LinkState):
 class LinksSpec(Frozen):
     """Links: defaults per tier pair (``edge-cloud``, order-free) and overrides per node."""
 
-    mode: Literal["proxy", "netem", "none"] = "proxy"
+    mode: str = Field("proxy", description="a link kind, or none (no emulated links)")
     defaults: dict[str, LinkSpec] = Field(default_factory=dict)
     nodes: dict[str, LinkSpec] = Field(default_factory=dict)
+
+    @field_validator("mode")
+    @classmethod
+    def _link_kind(cls, v: str) -> str:
+        """A registered link kind (:data:`testbed.emulation.kinds.LINK_KINDS`) or none."""
+        from testbed.emulation.kinds import LINK_KINDS
+
+        if v != "none" and v not in LINK_KINDS:
+            raise ValueError(f"unknown link kind {v!r}; choose one of {[*LINK_KINDS, 'none']}")
+        return v
 
     @field_validator("defaults")
     @classmethod

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nodes.emulation import NodeControl, read_control, write_control
+from nodes.device_control import NodeControl, read_control, write_control
 from testbed.runner import run_experiment
 from testbed.spec.loader import parse_spec
 from testbed.store import RunStore

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import tomli_w
 
 from nodes.agent import FLOWER_ENV, flower_bin
-from nodes.emulation import NodeControl
+from nodes.device_control import NodeControl
 from testbed.backends import register_backend
 from testbed.backends.base import NodeResources
 from testbed.backends.local_node import LocalNode, cpu_seconds, remove_node_cgroups

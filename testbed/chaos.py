@@ -86,12 +86,12 @@ class ChaosEngine:
         while self.timers and self.timers[0][0] <= now:
             _, _, fn = heapq.heappop(self.timers)
             fn()
-        for inj_id, spec in self.store.pending_injections(self.run_id):
+        for inj in self.store.pending_injections(self.run_id):
             try:
-                self.fire(FaultSpec.model_validate(spec), "live")
-                self.store.mark_injection(inj_id, "applied")
+                self.fire(FaultSpec.model_validate(inj.spec), "live")
+                self.store.mark_injection(inj.id, "applied")
             except Exception as exc:  # a bad live request must not stop the run
-                self.store.mark_injection(inj_id, f"rejected: {exc}")
+                self.store.mark_injection(inj.id, f"rejected: {exc}")
 
     def on_record(self, rec: dict[str, Any]) -> None:
         """React to ServerApp telemetry (round boundaries, node statuses)."""

@@ -18,8 +18,8 @@ from testbed.store import RunStore
 from tests.conftest import processes_under
 
 STRAGGLER_TOL = 0.15  # named tolerance on the measured slowdown factor
-# global accuracy lost in the round a noisy update (std 0.5) is averaged in; measured
-# 0.47 -> 0.15 (seed 11, 3 clients, digits)
+# global accuracy lost in the round a noisy update (std 0.5) is averaged in; measured on
+# this test's fleet (3 clients, digits): 0.47 -> 0.15 with seed 11, 0.43 -> 0.18 with 12
 NOISE_DROP = 0.15
 
 

@@ -95,71 +95,97 @@ def model_error(refs: list[torch.Tensor], approx: list[torch.Tensor]) -> tuple[f
     return (num / den) ** 0.5, worst
 
 
-def vs_tensorly(tensors: list[torch.Tensor], repeats: int) -> list[dict]:
-    """Whole-model TT-SVD time (median s) and error, ours vs TensorLy, per max rank."""
+METHODS = ("ours", "tl_numpy", "tl_torch")  # our TT-SVD; TensorLy on numpy; on pytorch
+
+
+def _decompose(
+    method: str, tensors: list[torch.Tensor], arrays: list[np.ndarray], r: int
+) -> list:
+    """TT-decompose every weight with ``method`` at max rank ``r``; the TT objects."""
     import tensorly as tl
     from tensorly.decomposition import tensor_train
 
+    if method == "ours":
+        return [tt_svd(t, None, r) for t in tensors]
+    if method == "tl_numpy":
+        tl.set_backend("numpy")
+        return [tensor_train(a, r) for a in arrays]
+    tl.set_backend("pytorch")
+    try:
+        return [tensor_train(t, r) for t in tensors]
+    finally:
+        tl.set_backend("numpy")
+
+
+def _reconstruct(
+    method: str, tensors: list[torch.Tensor], arrays: list[np.ndarray], r: int
+) -> list[torch.Tensor]:
+    """The whole model decomposed with ``method`` and multiplied back to full tensors."""
+    import tensorly as tl
+
+    if method == "ours":
+        return [tt.full() for tt in _decompose(method, tensors, arrays, r)]
+    tts = _decompose(method, tensors, arrays, r)
+    if method == "tl_numpy":
+        return [torch.from_numpy(tl.tt_to_tensor(tt)) for tt in tts]
+    tl.set_backend("pytorch")
+    try:
+        return [tl.tt_to_tensor(tt) for tt in tts]
+    finally:
+        tl.set_backend("numpy")
+
+
+def _timed(
+    method: str, tensors: list[torch.Tensor], arrays: list[np.ndarray], r: int
+) -> tuple[float, float]:
+    """Wall and process CPU seconds of one whole-model decomposition (no reconstruction)."""
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    _decompose(method, tensors, arrays, r)
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def vs_tensorly(tensors: list[torch.Tensor], repeats: int) -> list[dict]:
+    """Whole-model TT-SVD time (median s) and error, ours vs TensorLy, per max rank."""
     arrays = [t.numpy() for t in tensors]
     rows = []
     for r in RANKS:
-        def ours(r: int = r) -> list[torch.Tensor]:
-            return [tt_svd(t, None, r).full() for t in tensors]
-
-        def tl_numpy(r: int = r) -> list[torch.Tensor]:
-            tl.set_backend("numpy")
-            return [torch.from_numpy(tl.tt_to_tensor(tensor_train(a, r))) for a in arrays]
-
-        def tl_torch(r: int = r) -> list[torch.Tensor]:
-            tl.set_backend("pytorch")
-            out = [tl.tt_to_tensor(tensor_train(t, r)) for t in tensors]
-            tl.set_backend("numpy")
-            return out
-
-        def decomp_only(fn_name: str, r: int = r) -> tuple[float, float]:
-            t0 = time.perf_counter()
-            c0 = time.process_time()
-            if fn_name == "ours":
-                for t in tensors:
-                    tt_svd(t, None, r)
-            elif fn_name == "tl_numpy":
-                tl.set_backend("numpy")
-                for a in arrays:
-                    tensor_train(a, r)
-            else:
-                tl.set_backend("pytorch")
-                for t in tensors:
-                    tensor_train(t, r)
-                tl.set_backend("numpy")
-            return time.perf_counter() - t0, time.process_time() - c0
-
-        times: dict[str, list[float]] = {"ours": [], "tl_numpy": [], "tl_torch": []}
-        cpu: dict[str, list[float]] = {k: [] for k in times}
-        for name in times:
-            decomp_only(name)  # warm-up
+        times: dict[str, list[float]] = {k: [] for k in METHODS}
+        cpu: dict[str, list[float]] = {k: [] for k in METHODS}
+        for name in METHODS:
+            _timed(name, tensors, arrays, r)  # warm-up
         for _ in range(repeats):
-            for name in times:  # interleaved so load changes hit all three alike
-                wall, cpu_s = decomp_only(name)
+            for name in METHODS:  # interleaved so load changes hit all three alike
+                wall, cpu_s = _timed(name, tensors, arrays, r)
                 times[name].append(wall)
                 cpu[name].append(cpu_s)
-        med = {k: statistics.median(v) for k, v in times.items()}
-        best = {k: min(v) for k, v in times.items()}
-        cpu_med = {k: statistics.median(v) for k, v in cpu.items()}
-        e_ours = model_error(tensors, ours())
-        e_np = model_error(tensors, tl_numpy())
-        e_pt = model_error(tensors, tl_torch())
-        rows.append({
-            "max_rank": r, "ours_s": med["ours"], "tensorly_numpy_s": med["tl_numpy"],
-            "tensorly_torch_s": med["tl_torch"],
-            "ratio_vs_tensorly_numpy": med["ours"] / med["tl_numpy"],
-            "ratio_vs_tensorly_torch": med["ours"] / med["tl_torch"],
-            "ratio_vs_tensorly_numpy_min": best["ours"] / best["tl_numpy"],
-            "cpu_ratio_vs_tensorly_numpy": cpu_med["ours"] / cpu_med["tl_numpy"],
-            "cpu_ratio_vs_tensorly_torch": cpu_med["ours"] / cpu_med["tl_torch"],
-            "ours_err": e_ours[0], "tensorly_numpy_err": e_np[0], "tensorly_torch_err": e_pt[0],
-            "ours_max_layer_err": e_ours[1], "tensorly_max_layer_err": e_np[1],
-        })
+        err = {k: model_error(tensors, _reconstruct(k, tensors, arrays, r)) for k in METHODS}
+        rows.append(_tensorly_row(r, times, cpu, err))
     return rows
+
+
+def _tensorly_row(
+    r: int,
+    times: dict[str, list[float]],
+    cpu: dict[str, list[float]],
+    err: dict[str, tuple[float, float]],
+) -> dict:
+    """One rank's row: median times, time ratios (wall, best, CPU) and errors."""
+    med = {k: statistics.median(v) for k, v in times.items()}
+    best = {k: min(v) for k, v in times.items()}
+    cpu_med = {k: statistics.median(v) for k, v in cpu.items()}
+    return {
+        "max_rank": r, "ours_s": med["ours"], "tensorly_numpy_s": med["tl_numpy"],
+        "tensorly_torch_s": med["tl_torch"],
+        "ratio_vs_tensorly_numpy": med["ours"] / med["tl_numpy"],
+        "ratio_vs_tensorly_torch": med["ours"] / med["tl_torch"],
+        "ratio_vs_tensorly_numpy_min": best["ours"] / best["tl_numpy"],
+        "cpu_ratio_vs_tensorly_numpy": cpu_med["ours"] / cpu_med["tl_numpy"],
+        "cpu_ratio_vs_tensorly_torch": cpu_med["ours"] / cpu_med["tl_torch"],
+        "ours_err": err["ours"][0], "tensorly_numpy_err": err["tl_numpy"][0],
+        "tensorly_torch_err": err["tl_torch"][0],
+        "ours_max_layer_err": err["ours"][1], "tensorly_max_layer_err": err["tl_numpy"][1],
+    }
 
 
 def backends_per_size(model: nn.Module, rank: int, repeats: int) -> list[dict]:

@@ -24,6 +24,8 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from radio.config import SemanticMuxSpec
 
@@ -86,47 +88,53 @@ def _measure_compute_s(system, data, h, batch: int, reps: int) -> dict:
     return {"tx_s": statistics.median(tx_t), "rx_s": statistics.median(rx_t)}
 
 
-def run_semantic_mux(
-    spec: SemanticMuxSpec,
-    seed: int,
-    out_dir: pathlib.Path,
-    report: Callable[[dict], None] | None = None,
-    progress: Callable[[str, float], None] | None = None,
-) -> dict:
-    """Run the experiment; write results.json, results.csv and PNG plots into ``out_dir``.
+class _Rows:
+    """The run's metric rows; each is also reported (``report``) as it is made."""
 
-    Parameters
-    ----------
-    spec : SemanticMuxSpec
-        Validated configuration.
-    seed : int
-        Seed of the single random source (channels, noise, data order, weights).
-    out_dir : pathlib.Path
-        Output folder (created if missing).
-    report : callable(dict) or None
-        Called once per metric row with ``{"name", "value", "step", "node", "tags"}``.
-    progress : callable(str, float) or None
-        Called with a description and the fraction done in [0, 1].
+    def __init__(self, report: Callable[[dict], None] | None) -> None:
+        self.rows: list[dict] = []
+        self.report = report
 
-    Returns
-    -------
-    dict
-        Summary: headline ratios, accuracy drop, paths of the files written, wall time.
-    """
-    import torch
+    def emit(self, name, value, kind, unit, scheme, k, snr=None, task=None) -> None:
+        row = {"name": name, "value": float(value), "kind": kind, "unit": unit,
+               "scheme": scheme, "num_tasks": k, "snr_db": snr, "task": task}
+        self.rows.append(row)
+        if self.report:
+            tags = {key: v for key, v in row.items() if key not in ("name", "value")}
+            self.report({"name": name, "value": float(value), "step": None, "node": None,
+                         "tags": tags})
 
+
+@dataclass
+class _Setup:
+    """What every (K, scheme) job shares: runtime, channels and their banks, tasks."""
+
+    spec: SemanticMuxSpec
+    rt: Any
+    gen: Any
+    num: Any
+    energy: Any
+    channel: Any
+    train_channel: Any
+    tasks: list
+    data_all: Any
+    cfg: Any
+    h_train: Any
+    h_eval: Any
+    n_eval: int
+    draws: int
+    bank_size: int
+
+
+def _prepare(spec: SemanticMuxSpec, seed: int, say: Callable[[str, float], None]) -> _Setup:
+    """Resolve the runtime, build the channels, load the tasks, draw the channel banks."""
     from radio.channel import MIMOChannel
     from radio.energy import EnergyModel
     from radio.numerology import Numerology
-    from radio.plots import plot_all
     from radio.runtime import resolve_runtime
     from radio.tasks import build_task
-    from radio.train import TaskTensors, TrainConfig, evaluate_system, train_system
+    from radio.train import TaskTensors, TrainConfig
 
-    t_start = time.perf_counter()
-    out_dir = pathlib.Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    say = progress or (lambda _d, _f: None)
     rt = resolve_runtime(seed, None if spec.device == "auto" else spec.device)
     gen = rt.generator()
     num = Numerology(spec.subcarrier_spacing_hz, spec.num_resource_blocks)
@@ -165,96 +173,106 @@ def run_semantic_mux(
         spec.effective_train_steps, spec.batch_size, spec.learning_rate,
         spec.train_snr_min_db, spec.train_snr_max_db, spec.vib_beta,
     )
-    rows: list[dict] = []
+    return _Setup(spec, rt, gen, num, energy, channel, train_channel, tasks, data_all, cfg,
+                  h_train, h_eval, n_eval, draws, bank_size)
 
-    def emit(name, value, kind, unit, scheme, k, snr=None, task=None):
-        row = {"name": name, "value": float(value), "kind": kind, "unit": unit,
-               "scheme": scheme, "num_tasks": k, "snr_db": snr, "task": task}
-        rows.append(row)
-        if report:
-            tags = {key: v for key, v in row.items() if key not in ("name", "value")}
-            report({"name": name, "value": float(value), "step": None, "node": None,
-                    "tags": tags})
 
-    jobs = [(k, sc) for k in spec.num_tasks_list for sc in SCHEMES]
-    per_scheme: dict[tuple[int, str], dict] = {}
-    for j, (k, scheme) in enumerate(jobs):
-        base = 0.08 + 0.9 * j / len(jobs)
-        span = 0.9 / len(jobs)
-        data = data_all.subset(k)
-        system = _build(scheme, spec, tasks[:k], train_channel).to(rt.device)
-        desc = f"training {scheme}, K={k}"
-        say(desc, base)
-        tr = train_system(
-            system, data, cfg, h_train, gen,
-            progress=lambda f, d=desc, b=base, sp=span: say(d, b + 0.7 * sp * f),
-        )
-        system.channel = channel
-        emit("train_time_s", tr["train_time_s"], "measured", "s", scheme, k)
-        emit("train_final_loss", tr["final_loss"], "measured", "nats", scheme, k)
-        say(f"evaluating {scheme}, K={k}", base + 0.7 * span)
-        acc_by_snr = {}
-        for snr in spec.snr_db_list:
-            acc = evaluate_system(system, data, h_eval, snr, n_eval, draws)
-            acc_by_snr[snr] = acc
-            for t, a in zip(tasks[:k], acc, strict=True):
-                emit("accuracy", a, "measured", "fraction", scheme, k, snr, t.name)
-            emit("mean_accuracy", sum(acc) / k, "measured", "fraction", scheme, k, snr)
-        comp = _measure_compute_s(system, data, h_eval, spec.latency_batch_size,
-                                  reps=5 if spec.quick else 20)
-        uses = system.channel_uses()
-        load = uses * system.active_streams()
-        air = num.airtime_s(uses)
-        compute_s = comp["tx_s"] + comp["rx_s"]
-        m = {
-            "channel_uses": uses, "load_symbols": load, "airtime_s": air,
-            "compute_tx_s": comp["tx_s"], "compute_rx_s": comp["rx_s"], "compute_s": compute_s,
-            "latency_s": energy.latency_s(air, compute_s),
-            "energy_j": energy.energy_j(air, compute_s),
-            "accuracy": acc_by_snr,
-        }
-        per_scheme[(k, scheme)] = m
-        emit("channel_uses", uses, "measured", "REs per inference", scheme, k)
-        emit("communication_load_symbols", load, "measured", "complex symbols per inference",
-             scheme, k)
-        emit("airtime_s", air, "modelled", "s", scheme, k)
-        emit("compute_tx_s", comp["tx_s"], "measured", "s", scheme, k)
-        emit("compute_rx_s", comp["rx_s"], "measured", "s", scheme, k)
-        emit("compute_latency_s", compute_s, "measured", "s", scheme, k)
-        emit("latency_s", m["latency_s"], "modelled", "s", scheme, k)
-        emit("energy_j", m["energy_j"], "modelled", "J", scheme, k)
-        del system
+def _run_job(
+    st: _Setup, k: int, scheme: str, out: _Rows, say: Callable[[str, float], None],
+    base: float, span: float,
+) -> dict:
+    """Train ``scheme`` on the first ``k`` tasks, evaluate it at every SNR, time it.
 
-    # Ratios baseline / semantic mux (> 1 means the mux is better).
+    ``base`` and ``span`` place the job in the overall progress [0, 1].
+    """
+    from radio.train import evaluate_system, train_system
+
+    spec, emit = st.spec, out.emit
+    data = st.data_all.subset(k)
+    system = _build(scheme, spec, st.tasks[:k], st.train_channel).to(st.rt.device)
+    desc = f"training {scheme}, K={k}"
+    say(desc, base)
+
+    def train_progress(f: float) -> None:
+        say(desc, base + 0.7 * span * f)
+
+    tr = train_system(system, data, st.cfg, st.h_train, st.gen, progress=train_progress)
+    system.channel = st.channel
+    emit("train_time_s", tr["train_time_s"], "measured", "s", scheme, k)
+    emit("train_final_loss", tr["final_loss"], "measured", "nats", scheme, k)
+    say(f"evaluating {scheme}, K={k}", base + 0.7 * span)
+    acc_by_snr = {}
+    for snr in spec.snr_db_list:
+        acc = evaluate_system(system, data, st.h_eval, snr, st.n_eval, st.draws)
+        acc_by_snr[snr] = acc
+        for t, a in zip(st.tasks[:k], acc, strict=True):
+            emit("accuracy", a, "measured", "fraction", scheme, k, snr, t.name)
+        emit("mean_accuracy", sum(acc) / k, "measured", "fraction", scheme, k, snr)
+    comp = _measure_compute_s(system, data, st.h_eval, spec.latency_batch_size,
+                              reps=5 if spec.quick else 20)
+    uses = system.channel_uses()
+    load = uses * system.active_streams()
+    air = st.num.airtime_s(uses)
+    compute_s = comp["tx_s"] + comp["rx_s"]
+    m = {
+        "channel_uses": uses, "load_symbols": load, "airtime_s": air,
+        "compute_tx_s": comp["tx_s"], "compute_rx_s": comp["rx_s"], "compute_s": compute_s,
+        "latency_s": st.energy.latency_s(air, compute_s),
+        "energy_j": st.energy.energy_j(air, compute_s),
+        "accuracy": acc_by_snr,
+    }
+    emit("channel_uses", uses, "measured", "REs per inference", scheme, k)
+    emit("communication_load_symbols", load, "measured", "complex symbols per inference",
+         scheme, k)
+    emit("airtime_s", air, "modelled", "s", scheme, k)
+    emit("compute_tx_s", comp["tx_s"], "measured", "s", scheme, k)
+    emit("compute_rx_s", comp["rx_s"], "measured", "s", scheme, k)
+    emit("compute_latency_s", compute_s, "measured", "s", scheme, k)
+    emit("latency_s", m["latency_s"], "modelled", "s", scheme, k)
+    emit("energy_j", m["energy_j"], "modelled", "J", scheme, k)
+    return m
+
+
+def _ratios(spec: SemanticMuxSpec, per_scheme: dict, out: _Rows) -> dict:
+    """Ratios baseline / semantic mux (> 1 means the mux is better), and the accuracy
+    gain of the mux over each baseline at every SNR."""
     ratios = {}
     for k in spec.num_tasks_list:
         mux = per_scheme[(k, "semantic_mux")]
-        for base in ("orthogonal", "bit_level"):
-            b = per_scheme[(k, base)]
+        for baseline in ("orthogonal", "bit_level"):
+            b = per_scheme[(k, baseline)]
             for key, kind in (("latency_s", "modelled"), ("energy_j", "modelled"),
                               ("load_symbols", "measured"), ("channel_uses", "measured"),
                               ("airtime_s", "modelled"), ("compute_s", "measured")):
                 r = b[key] / mux[key] if mux[key] > 0 else math.nan
-                ratios[(k, base, key)] = r
-                emit(f"ratio_{key}", r, kind, f"{base} / semantic_mux", base, k)
+                ratios[(k, baseline, key)] = r
+                out.emit(f"ratio_{key}", r, kind, f"{baseline} / semantic_mux", baseline, k)
             for snr in spec.snr_db_list:
                 d = (sum(mux["accuracy"][snr]) - sum(b["accuracy"][snr])) / k
-                emit("accuracy_gain_vs_baseline", d, "measured", "fraction (mux - baseline)",
-                     base, k, snr)
+                out.emit("accuracy_gain_vs_baseline", d, "measured",
+                         "fraction (mux - baseline)", baseline, k, snr)
+    return ratios
 
-    # Accuracy drop of the first task (image classification) from smallest to largest K.
+
+def _first_task_drop(spec: SemanticMuxSpec, per_scheme: dict, tasks: list, out: _Rows) -> dict:
+    """Accuracy drop of the first task (image classification) from smallest to largest K."""
     k_lo, k_hi = min(spec.num_tasks_list), max(spec.num_tasks_list)
     drop = {}
     for snr in spec.snr_db_list:
         a_lo = per_scheme[(k_lo, "semantic_mux")]["accuracy"][snr][0]
         a_hi = per_scheme[(k_hi, "semantic_mux")]["accuracy"][snr][0]
         drop[snr] = a_lo - a_hi
-        emit("first_task_accuracy_drop", a_lo - a_hi, "measured",
-             f"fraction, K={k_lo} minus K={k_hi}", "semantic_mux", k_hi, snr, tasks[0].name)
+        out.emit("first_task_accuracy_drop", a_lo - a_hi, "measured",
+                 f"fraction, K={k_lo} minus K={k_hi}", "semantic_mux", k_hi, snr, tasks[0].name)
+    return drop
 
-    say("plotting", 0.99)
-    plots = plot_all(rows, spec, tasks, out_dir)
-    meta = {
+
+def _meta(st: _Setup, seed: int) -> dict:
+    """Seed, spec, runtime, machine, numerology, energy model, tasks and evaluation size."""
+    import torch
+
+    spec, num, rt, cfg = st.spec, st.num, st.rt, st.cfg
+    return {
         "seed": seed,
         "spec": spec.model_dump(mode="json"),
         "runtime": {"device": rt.device, "reason": rt.reason, "dtype": "float32"},
@@ -269,10 +287,61 @@ def run_semantic_mux(
                          **spec.energy.model_dump(), "kind": "modelled"},
         "tasks": [{"name": t.name, "num_classes": t.num_classes,
                    "chance_accuracy": t.chance_accuracy, "num_test": len(t.y_test)}
-                  for t in tasks],
-        "eval": {"samples_per_task": n_eval, "channel_draws": draws,
-                 "train_steps": cfg.steps, "bank_size": bank_size},
+                  for t in st.tasks],
+        "eval": {"samples_per_task": st.n_eval, "channel_draws": st.draws,
+                 "train_steps": cfg.steps, "bank_size": st.bank_size},
     }
+
+
+def run_semantic_mux(
+    spec: SemanticMuxSpec,
+    seed: int,
+    out_dir: pathlib.Path,
+    report: Callable[[dict], None] | None = None,
+    progress: Callable[[str, float], None] | None = None,
+) -> dict:
+    """Run the experiment; write results.json, results.csv and PNG plots into ``out_dir``.
+
+    Parameters
+    ----------
+    spec : SemanticMuxSpec
+        Validated configuration.
+    seed : int
+        Seed of the single random source (channels, noise, data order, weights).
+    out_dir : pathlib.Path
+        Output folder (created if missing).
+    report : callable(dict) or None
+        Called once per metric row with ``{"name", "value", "step", "node", "tags"}``.
+    progress : callable(str, float) or None
+        Called with a description and the fraction done in [0, 1].
+
+    Returns
+    -------
+    dict
+        Summary: headline ratios, accuracy drop, paths of the files written, wall time.
+    """
+    from radio.plots import plot_all
+
+    t_start = time.perf_counter()
+    out_dir = pathlib.Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    say = progress or _no_progress
+    st = _prepare(spec, seed, say)
+    out = _Rows(report)
+
+    jobs = [(k, sc) for k in spec.num_tasks_list for sc in SCHEMES]
+    per_scheme: dict[tuple[int, str], dict] = {}
+    for j, (k, scheme) in enumerate(jobs):
+        base = 0.08 + 0.9 * j / len(jobs)
+        per_scheme[(k, scheme)] = _run_job(st, k, scheme, out, say, base, 0.9 / len(jobs))
+
+    ratios = _ratios(spec, per_scheme, out)
+    drop = _first_task_drop(spec, per_scheme, st.tasks, out)
+
+    say("plotting", 0.99)
+    rows = out.rows
+    plots = plot_all(rows, spec, st.tasks, out_dir)
+    meta = _meta(st, seed)
     wall = time.perf_counter() - t_start
     summary = {
         "kind_note": "ratios are baseline / semantic_mux; see rows for kinds",
@@ -289,3 +358,7 @@ def run_semantic_mux(
         w.writerows(rows)
     say("done", 1.0)
     return summary
+
+
+def _no_progress(_desc: str, _fraction: float) -> None:
+    """Progress callback that ignores the progress."""

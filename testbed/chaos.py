@@ -12,6 +12,7 @@ sent to a node that never answered (``bytes_lost`` metric, from the ServerApp).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import json
@@ -71,7 +72,7 @@ class ChaosEngine:
         self.t0 = time.time()
         for f in self.faults:
             if f.at_time_s is not None:
-                self.later(f.at_time_s, lambda f=f: self.fire(f, "schedule"))
+                self.later(f.at_time_s, functools.partial(self.fire, f, "schedule"))
             elif f.at_round == 1 and f.phase == "before":
                 self.fire(f, "schedule")
 
@@ -85,12 +86,12 @@ class ChaosEngine:
         while self.timers and self.timers[0][0] <= now:
             _, _, fn = heapq.heappop(self.timers)
             fn()
-        for inj_id, spec in self.store.pending_injections(self.run_id):
+        for inj in self.store.pending_injections(self.run_id):
             try:
-                self.fire(FaultSpec.model_validate(spec), "live")
-                self.store.mark_injection(inj_id, "applied")
+                self.fire(FaultSpec.model_validate(inj.spec), "live")
+                self.store.mark_injection(inj.id, "applied")
             except Exception as exc:  # a bad live request must not stop the run
-                self.store.mark_injection(inj_id, f"rejected: {exc}")
+                self.store.mark_injection(inj.id, f"rejected: {exc}")
 
     def on_record(self, rec: dict[str, Any]) -> None:
         """React to ServerApp telemetry (round boundaries, node statuses)."""
@@ -106,7 +107,7 @@ class ChaosEngine:
         self.round = r
         for f in self.faults:
             if f.at_round == r and f.phase == "during":
-                self.later(f.delay_s, lambda f=f: self.fire(f, "schedule"))
+                self.later(f.delay_s, functools.partial(self.fire, f, "schedule"))
 
     def _round_ended(self, r: int) -> None:
         for f in self.faults:
@@ -189,18 +190,22 @@ def finalize_statuses(store: RunStore, run_id: str, plan: Plan, rounds: int) -> 
     names = set(plan.client_names())
     events = store.events(run_id)
     ids = {
-        json.loads(d).get("node_id"): node
-        for _i, _t, k, _r, node, d in events
-        if k == "node_identified"
+        ev.data_dict.get("node_id"): ev.node
+        for ev in events
+        if ev.kind == "node_identified" and ev.node is not None
     }
-    ended = {int(r) for _i, _t, k, r, _n, _d in events if k == "round_end" and r is not None}
+    ended = {int(ev.round) for ev in events if ev.kind == "round_end" and ev.round is not None}
     _rename_rows(store, run_id, names, ids)
-    have = {(r, n) for r, n, _s, _w in store.round_status(run_id)}
-    downs = [(rd, node, json.loads(d)) for _i, _t, k, rd, node, d in events if k == "node_down"]
+    have = {(s.round, s.node) for s in store.round_status(run_id)}
+    downs = [ev for ev in events if ev.kind == "node_down" and ev.round is not None]
     for r in sorted(x for x in ended if 1 <= x <= rounds):
         for n in sorted(names):
             if (r, n) not in have:
-                why = [d.get("reason", "down") for rd, node, d in downs if node == n and rd < r]
+                why = [
+                    ev.data_dict.get("reason", "down")
+                    for ev in downs
+                    if ev.node == n and ev.round is not None and ev.round < r
+                ]
                 reason = f"not sampled: {why[-1]}" if why else "not sampled this round"
                 store.set_status(run_id, r, n, "excluded", reason)
 
@@ -209,12 +214,13 @@ def _rename_rows(store: RunStore, run_id: str, names: set[str], ids: dict[Any, s
     """Move rows recorded under ``node-<flower id>`` to the node's name (a row already
     under the name for that round wins); rows of unidentified ids stay as they are."""
     rows = store.round_status(run_id, with_ts=True)
-    seen = {(r, n) for r, n, *_ in rows if n in names}
-    for r, node, status, reason, ts in rows:
-        name = None if node in names else ids.get(node.removeprefix("node-"))
+    seen = {(row.round, row.node) for row in rows if row.node in names}
+    for row in rows:
+        name = None if row.node in names else ids.get(row.node.removeprefix("node-"))
         if name is None:
             continue
-        store.delete_status(run_id, r, node)
-        if (r, name) not in seen:
-            store.set_status(run_id, r, name, status, reason, ts=ts)
-            seen.add((r, name))
+        store.delete_status(run_id, row.round, row.node)
+        if (row.round, name) not in seen:
+            reason = row.reason if row.reason is not None else ""
+            store.set_status(run_id, row.round, name, row.status, reason, ts=row.ts)
+            seen.add((row.round, name))

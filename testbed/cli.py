@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from testbed.runner import SweepItem
+    from testbed.spec.models import Experiment
 
 app = typer.Typer(
     add_completion=False,
@@ -32,7 +36,7 @@ def _fail(msg: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _fits(file: Path, experiments: list, backend: str, parallel: int = 1) -> None:
+def _fits(file: Path, experiments: list[Experiment], backend: str, parallel: int = 1) -> None:
     """Refuse a fleet that would not fit on this machine (before anything starts)."""
     from testbed.capacity import FleetTooLarge, check_sweep
     from testbed.spec.loader import error_at
@@ -126,7 +130,13 @@ def run(
 
 
 def _run_items(
-    file: Path, items: list, sweep: str | None, out: Path, backend: str, cold: bool, sets: list[str]
+    file: Path,
+    items: list[SweepItem],
+    sweep: str | None,
+    out: Path,
+    backend: str,
+    cold: bool,
+    sets: list[str],
 ) -> None:
     """Run configurations one after the other in this process, with live display."""
     from testbed.console import ConsoleObserver

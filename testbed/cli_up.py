@@ -81,7 +81,7 @@ def _local_url(host: str, port: int) -> str:
     return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
 
 
-def _stop(proc: subprocess.Popen, timeout_s: float) -> None:
+def _stop(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
         try:

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from testbed.planner import Plan
@@ -36,10 +44,16 @@ class ConsoleObserver:
             TimeElapsedColumn(),
             console=self.console,
         )
-        self.task = None
+        self.task: TaskID | None = None
         self.live: Live | None = None
         self.nodes: dict[str, dict[str, Any]] = {}
         self.plan: Plan | None = None
+        self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
+            "progress": self._progress,
+            "event": self._event,
+            "metric": self._metric,
+            "status": self._status,
+        }
 
     def _table(self) -> Table:
         t = Table(title="nodes", expand=False, show_edge=False)
@@ -58,7 +72,7 @@ class ConsoleObserver:
             )
         return t
 
-    def _render(self):
+    def _render(self) -> RenderableType:
         return Group(self.progress, self._table()) if self.nodes else self.progress
 
     def started(self, run_id: str, plan: Plan) -> None:
@@ -78,33 +92,45 @@ class ConsoleObserver:
         self.console.print(f"run [bold]{run_id}[/]")
         # transient: once the run ends, the live view gives way to the summary, which
         # shows every node's recorded statuses (the live view only guesses them)
-        self.live = Live(
-            self._render(), console=self.console, refresh_per_second=4, transient=True
-        )
+        self.live = Live(self._render(), console=self.console, refresh_per_second=4, transient=True)
         self.live.start()
 
     def record(self, rec: dict[str, Any]) -> None:
-        kind, name, node = rec.get("kind"), rec.get("name"), rec.get("node")
-        if kind == "progress":
-            self.progress.update(self.task, completed=100 * float(rec["value"]), info=name)
-        elif kind == "event" and name == "round_start":
-            self.progress.update(self.task, info=f"round {rec['round']} training")
+        """Update the live view from one store record (progress, event, metric, status)."""
+        handler = self._handlers.get(str(rec.get("kind")))
+        if handler is not None:
+            handler(rec)
+        if self.live:
+            self.live.update(self._render())
+
+    def _progress(self, rec: dict[str, Any]) -> None:
+        self._update(completed=100 * float(rec["value"]), info=rec.get("name"))
+
+    def _event(self, rec: dict[str, Any]) -> None:
+        if rec.get("name") == "round_start":
+            self._update(info=f"round {rec['round']} training")
             for s in self.nodes.values():
                 if s.get("state") != "failed":  # a node that failed shows it until it replies
                     s["state"], s["round"] = "training", rec["round"]
-        elif kind == "event" and name == "round_end":
-            self.progress.update(
-                self.task, completed=rec["round"], info=f"round {rec['round']} done"
-            )
-        elif kind == "metric" and node in self.nodes:
+        elif rec.get("name") == "round_end":
+            self._update(completed=rec["round"], info=f"round {rec['round']} done")
+
+    def _metric(self, rec: dict[str, Any]) -> None:
+        name, node = rec.get("name"), rec.get("node")
+        if node in self.nodes:
             if name in ("train_loss", "eval_acc"):
                 self.nodes[node][name] = rec["value"]
-        elif kind == "metric" and name == "global_acc" and rec.get("round"):
-            self.progress.update(self.task, info=f"global acc {rec['value']:.3f}")
-        elif kind == "status" and node in self.nodes:
-            self.nodes[node]["state"] = rec["status"]
-        if self.live:
-            self.live.update(self._render())
+        elif name == "global_acc" and rec.get("round"):
+            self._update(info=f"global acc {rec['value']:.3f}")
+
+    def _status(self, rec: dict[str, Any]) -> None:
+        if rec.get("node") in self.nodes:
+            self.nodes[rec["node"]]["state"] = rec["status"]
+
+    def _update(self, **fields: Any) -> None:
+        """Move the progress bar (``completed``) and its text (``info``), once started."""
+        if self.task is not None:
+            self.progress.update(self.task, **fields)
 
     def finished(self, result: RunResult) -> None:
         if self.live:
@@ -117,72 +143,90 @@ def _f(v: Any) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
+#: Summary keys shown as tables (or not at all), not as ``key: value`` lines.
+_TABLE_KEYS = frozenset(
+    {
+        "global_acc",
+        "federated_acc",
+        "round_duration_s",
+        "node_status",
+        "peak_rss_mb",
+        "wall_s",
+        "rounds",
+    }
+)
+
+
 def print_summary(console: Console, result: RunResult) -> None:
     """Accuracy per round, per-node status, wall time and where the run is stored."""
     s = result.summary
     style = {"completed": "green", "failed": "red", "interrupted": "yellow"}.get(result.status, "")
-    if s.get("global_acc"):
-        t = Table(title="accuracy per round (measured)")
-        for col in ("round", "global acc", "federated acc", "round time s"):
-            t.add_column(col, justify="right")
-        for r in sorted(s["global_acc"]):
-            t.add_row(
-                str(r),
-                _f(s["global_acc"].get(r)),
-                _f(s.get("federated_acc", {}).get(r)),
-                _f(s.get("round_duration_s", {}).get(r)),
-            )
-        console.print(t)
-    if s.get("node_status"):
-        t = Table(title="nodes")
-        for col in ("node", "completed", "failed", "other", "peak RSS MB"):
-            t.add_column(col, justify="right")
-        for node, rounds in sorted(s["node_status"].items()):
-            vals = list(rounds.values())
-            t.add_row(
-                node,
-                str(vals.count("completed")),
-                str(vals.count("failed")),
-                str(len(vals) - vals.count("completed") - vals.count("failed")),
-                f"{s.get('peak_rss_mb', {}).get(node, 0):.0f}",
-            )
-        console.print(t)
-    if isinstance(s.get("functions"), dict):
-        timing = s.get("gpu_timing") or "no GPU used"
-        t = Table(title=f"functions, policy {s.get('policy')} (GPU: {timing})")
-        cols = ("function", "node", "mode", "backend", "req", "p50 ms", "p95 ms", "SLO ms")
-        for col in (*cols, "miss %", "GPU-s", "switch"):
-            t.add_column(col, justify="right")
-        for name, f in s["functions"].items():
-            nums = ("p50_ms", "p95_ms", "slo_ms", "slo_violation_pct", "gpu_seconds")
-            t.add_row(
-                name,
-                f["node"],
-                f["mode"].replace("_preferred", "_pref"),
-                f"{f['start_backend']}>{f['end_backend']}",
-                str(f["requests"]),
-                *("-" if f[k] is None else f"{f[k]:.1f}" for k in nums),
-                str(f["switches"]),
-            )
-        console.print(t)
-    extra = {
-        k: v
-        for k, v in s.items()
-        if k
-        not in {
-            "global_acc",
-            "federated_acc",
-            "round_duration_s",
-            "node_status",
-            "peak_rss_mb",
-            "wall_s",
-            "rounds",
-        }
-        and not isinstance(v, dict | list)
-    }
-    for k, v in extra.items():
-        console.print(f"{k}: {v}")
+    for table in (_accuracy_table(s), _node_table(s), _functions_table(s)):
+        if table is not None:
+            console.print(table)
+    for k, v in s.items():
+        if k not in _TABLE_KEYS and not isinstance(v, dict | list):
+            console.print(f"{k}: {v}")
     console.print(
         f"[{style}]{result.status}[/] in {result.wall_s:.1f} s wall; "
         f"stored in {result.artifact_dir} (run {result.run_id})"
     )
+
+
+def _accuracy_table(s: dict[str, Any]) -> Table | None:
+    """Global and federated accuracy and duration of each round (None without rounds)."""
+    if not s.get("global_acc"):
+        return None
+    t = Table(title="accuracy per round (measured)")
+    for col in ("round", "global acc", "federated acc", "round time s"):
+        t.add_column(col, justify="right")
+    for r in sorted(s["global_acc"]):
+        t.add_row(
+            str(r),
+            _f(s["global_acc"].get(r)),
+            _f(s.get("federated_acc", {}).get(r)),
+            _f(s.get("round_duration_s", {}).get(r)),
+        )
+    return t
+
+
+def _node_table(s: dict[str, Any]) -> Table | None:
+    """Rounds each node completed, failed or otherwise ended, and its peak memory."""
+    if not s.get("node_status"):
+        return None
+    t = Table(title="nodes")
+    for col in ("node", "completed", "failed", "other", "peak RSS MB"):
+        t.add_column(col, justify="right")
+    for node, rounds in sorted(s["node_status"].items()):
+        vals = list(rounds.values())
+        t.add_row(
+            node,
+            str(vals.count("completed")),
+            str(vals.count("failed")),
+            str(len(vals) - vals.count("completed") - vals.count("failed")),
+            f"{s.get('peak_rss_mb', {}).get(node, 0):.0f}",
+        )
+    return t
+
+
+def _functions_table(s: dict[str, Any]) -> Table | None:
+    """Latency, SLO misses, GPU time and backend switches per function (functions runs)."""
+    if not isinstance(s.get("functions"), dict):
+        return None
+    timing = s.get("gpu_timing") or "no GPU used"
+    t = Table(title=f"functions, policy {s.get('policy')} (GPU: {timing})")
+    cols = ("function", "node", "mode", "backend", "req", "p50 ms", "p95 ms", "SLO ms")
+    for col in (*cols, "miss %", "GPU-s", "switch"):
+        t.add_column(col, justify="right")
+    nums = ("p50_ms", "p95_ms", "slo_ms", "slo_violation_pct", "gpu_seconds")
+    for name, f in s["functions"].items():
+        t.add_row(
+            name,
+            f["node"],
+            f["mode"].replace("_preferred", "_pref"),
+            f"{f['start_backend']}>{f['end_backend']}",
+            str(f["requests"]),
+            *("-" if f[k] is None else f"{f[k]:.1f}" for k in nums),
+            str(f["switches"]),
+        )
+    return t

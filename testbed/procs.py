@@ -8,8 +8,12 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import TypeAlias
 
 import psutil
+
+#: A child process started by :class:`ProcGroup` (output to a log file, bytes).
+Popen: TypeAlias = subprocess.Popen[bytes]
 
 
 def free_port() -> int:
@@ -31,7 +35,7 @@ def _socket(netns: str | None) -> socket.socket:
 def wait_port(
     port: int,
     timeout_s: float = 30.0,
-    proc: subprocess.Popen | None = None,
+    proc: Popen | None = None,
     netns: str | None = None,
 ) -> None:
     """Wait until something listens on ``127.0.0.1:port`` (inside ``netns`` if given);
@@ -54,7 +58,7 @@ class ProcGroup:
     """Start processes in their own session; stop them and all their descendants."""
 
     def __init__(self) -> None:
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, Popen] = {}
         self._known: dict[str, set[int]] = {}
 
     def start(
@@ -64,7 +68,7 @@ class ProcGroup:
         log_path: Path,
         env: dict[str, str] | None = None,
         cwd: str | None = None,
-    ) -> subprocess.Popen:
+    ) -> Popen:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             p = subprocess.Popen(
@@ -77,7 +81,7 @@ class ProcGroup:
     def tree(self, name: str) -> list[psutil.Process]:
         """The live process tree of ``name`` (remembered, so orphans are found too)."""
         p = self.procs[name]
-        out = []
+        out: list[psutil.Process] = []
         try:
             root = psutil.Process(p.pid)
             out = [root, *root.children(recursive=True)]
@@ -110,7 +114,7 @@ class ProcGroup:
             os.killpg(p.pid, signal.SIGTERM if timeout_s > 0 else signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        live = []
+        live: list[psutil.Process] = []
         for pid in pids:
             try:
                 q = psutil.Process(pid)
@@ -143,7 +147,7 @@ class ProcGroup:
                 os.killpg(self.procs[name].pid, signal.SIGTERM)
             except (ProcessLookupError, PermissionError):
                 pass
-        live = []
+        live: list[psutil.Process] = []
         for pid in self.all_pids():
             try:
                 live.append(psutil.Process(pid))

@@ -11,13 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from nodes.emulation import NodeControl, read_control, write_control
+from nodes.device_control import NodeControl, read_control, write_control
 from testbed.runner import run_experiment
 from testbed.spec.loader import parse_spec
 from testbed.store import RunStore
 from tests.conftest import processes_under
 
 STRAGGLER_TOL = 0.15  # named tolerance on the measured slowdown factor
+# global accuracy lost in the round a noisy update (std 0.5) is averaged in; measured on
+# this test's fleet (3 clients, digits): 0.47 -> 0.15 with seed 11, 0.43 -> 0.18 with 12
+NOISE_DROP = 0.15
 
 
 def spec(rounds: int, faults: str, clients: int = 3, timeout_s: int = 25) -> str:
@@ -266,8 +269,10 @@ def test_faulty_updates_are_recorded_and_the_run_goes_on(tmp_path: Path) -> None
     assert ("misconfig_set", "edge-1") in ev and ("misconfig_set", "edge-2") in ev
     st = statuses(store, res.run_id)
     assert all(s == "completed" for s in st.values())  # faulty, not absent
-    acc = {r: v for r, _n, _k, v, _t in store.metrics(res.run_id, "global_acc")}
-    assert acc[2] < acc[1] + 0.05  # noise of std 0.5 in edge-1's update hurts round 2
+    acc = {m.round: m.value for m in store.metrics(res.run_id, "global_acc")}
+    # noise of std 0.5 on every weight of edge-1's update (a third of the average)
+    # undoes what round 1 learnt: the global model falls back towards chance
+    assert acc[1] - acc[2] > NOISE_DROP, acc
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import time
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from nodes.emulation import read_control, stretch
+from nodes.device_control import read_control, stretch
 from nodes.fl import task
 
 app = ClientApp()

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from nodes.emulation import NodeControl
+    from nodes.device_control import NodeControl
     from testbed.emulation.link import Link
     from testbed.planner import Plan
 

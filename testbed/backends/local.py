@@ -9,28 +9,39 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import tomli_w
 
 from nodes.agent import FLOWER_ENV, flower_bin
-from nodes.emulation import NodeControl
+from nodes.device_control import NodeControl
 from testbed.backends import register_backend
 from testbed.backends.base import NodeResources
 from testbed.backends.local_node import LocalNode, cpu_seconds, remove_node_cgroups
-from testbed.planner import Plan
-from testbed.procs import ProcGroup, free_port, wait_port
+from testbed.emulation.kinds import LINK_KINDS
+from testbed.emulation.link import Link
+from testbed.planner import Plan, PlannedNode
+from testbed.procs import Popen, ProcGroup, free_port, wait_port
 
 if TYPE_CHECKING:
-    from testbed.emulation.link import Link
+    from testbed.space.schedule import SpaceModel
 
 APP_DIR = Path(__file__).resolve().parents[2] / "nodes" / "fl" / "app"
+
+
+@runtime_checkable
+class _Namespaced(Protocol):
+    """A link whose ends live in network namespaces (netem): a program runs on one side
+    behind ``exec_prefix(side)``."""
+
+    def exec_prefix(self, side: str) -> list[str]: ...
 
 
 def _env(flwr_home: Path) -> dict[str, str]:
@@ -67,10 +78,12 @@ class LocalBackend:
         self.superlink_port: int | None = None
         self.node_ports: dict[str, int] = {}
         self._cmds: dict[str, list[str]] = {}
-        self.proxies: dict[str, Any] = {}  # node -> ShapingProxy (links.mode: proxy)
+        self._links: dict[str, Link] = {}  # client node -> its link (not with mode none)
+        self._run_tag = secrets.token_hex(3)  # names host-wide objects (netem namespaces)
+        self._space: SpaceModel | None = None
         self.superlink_restarts = 0
         self.netns: str | None = None  # links.mode netem: the server namespace
-        self._server_prefix: list[str] = []
+        self._server_prefix: list[str] = []  # runs a program in the server's namespace
         self._client_prefix: dict[str, list[str]] = {}
         self.paused: set[str] = set()  # nodes frozen by a pause fault
         self._cpu: dict[str, tuple[float, dict[int, float]]] = {}  # last CPU sample
@@ -83,16 +96,28 @@ class LocalBackend:
         from nodes.agent import remove_stale_cgroups
 
         remove_stale_cgroups()
-        server = self.plan.server
         mode = self.plan.experiment.links.mode
-        host, self._server_prefix = "127.0.0.1", []
+        host = "127.0.0.1"
         if mode == "netem":  # the SuperLink lives in this run's own server namespace
             self.netns = self._make_netns()
             host, self._server_prefix = "0.0.0.0", ["ip", "netns", "exec", self.netns]
+        self._start_superlink(host, timeout_s)
+        if mode in LINK_KINDS:  # ("none": the nodes dial the SuperLink directly)
+            self._start_links(mode)
+        started = [self.start_node(node.name) for node in self.plan.clients]
+        if mode != "netem":  # (a SuperNode's Runtime API is inside its own namespace)
+            for port, p in started:
+                wait_port(port, timeout_s, p)
+        if self.warm:  # nodes import their stack before the run is submitted
+            self._wait_warm(timeout_s)
+
+    def _start_superlink(self, host: str, timeout_s: float) -> None:
+        """Start the server node's SuperLink on a free port (three tries)."""
+        server = self.plan.server
+        db = (self.run_dir / "nodes" / server.name / "superlink.db").resolve()
+        db.parent.mkdir(parents=True, exist_ok=True)
         for _attempt in range(3):  # a port taken between choice and bind: pick again
             port = free_port()
-            db = (self.run_dir / "nodes" / server.name / "superlink.db").resolve()
-            db.parent.mkdir(parents=True, exist_ok=True)
             cmd = self._node_cmd(
                 "superlink", "--port", str(port), "--host", host, "--database", str(db)
             )
@@ -104,32 +129,23 @@ class LocalBackend:
             )
             try:
                 wait_port(port, timeout_s, p, netns=self.netns)
-                self.superlink_port = port
-                break
             except RuntimeError:
                 self.procs.stop(server.name)
-        else:
-            raise RuntimeError("could not start the SuperLink (see logs)")
-        if mode == "proxy":
-            self._start_links()
-        elif mode == "netem":
-            self._start_netem_links()
-        started = [self.start_node(node.name) for node in self.plan.clients]
-        if mode != "netem":  # (a SuperNode's Runtime API is inside its own namespace)
-            for port, p in started:
-                wait_port(port, timeout_s, p)
-        if self.warm:  # nodes import their stack before the run is submitted
-            deadline = time.monotonic() + timeout_s
-            for node in self.plan.clients:
-                while not self._ready_file(node.name).exists():
-                    if (
-                        time.monotonic() > deadline
-                        or self.procs.procs[node.name].poll() is not None
-                    ):
-                        raise RuntimeError(f"node {node.name} did not warm up (see its log)")
-                    time.sleep(0.1)
+                continue
+            self.superlink_port = port
+            return
+        raise RuntimeError("could not start the SuperLink (see logs)")
 
-    def _limit_args(self, node) -> list[str]:
+    def _wait_warm(self, timeout_s: float) -> None:
+        """Wait until every client node's warm executor wrote its ready file."""
+        deadline = time.monotonic() + timeout_s
+        for node in self.plan.clients:
+            while not self._ready_file(node.name).exists():
+                if time.monotonic() > deadline or self.procs.procs[node.name].poll() is not None:
+                    raise RuntimeError(f"node {node.name} did not warm up (see its log)")
+                time.sleep(0.1)
+
+    def _limit_args(self, node: PlannedNode) -> list[str]:
         """Memory cap from the profile; CPUs pinned round-robin when the profile has
         fewer cores than this host (a node never gets more cores than its device)."""
         args = ["--memory-mb", str(node.profile.memory_mb)]
@@ -140,9 +156,9 @@ class LocalBackend:
             args += ["--cpus", ",".join(str(host[(i * k + j) % len(host)]) for j in range(k))]
         return args
 
-    def node_limits(self) -> dict[str, dict]:
+    def node_limits(self) -> dict[str, dict[str, Any]]:
         """What each node's agent applied (from its ready file)."""
-        out = {}
+        out: dict[str, dict[str, Any]] = {}
         for node in self.plan.clients:
             f = self._ready_file(node.name)
             if f.exists():
@@ -152,27 +168,33 @@ class LocalBackend:
     def _ready_file(self, name: str) -> Path:
         return self.run_dir / "nodes" / name / "ready"
 
-    def _start_links(self) -> None:
-        """One shaping proxy per client node, in front of the SuperLink."""
-        from testbed.emulation.proxy import ShapingProxy
-
+    def _start_links(self, mode: str) -> None:
+        """One link of kind ``mode`` (:data:`~testbed.emulation.kinds.LINK_KINDS`) per
+        client node, between it and the SuperLink; a kind whose client side lives in a
+        network namespace also tells how to start the node there."""
+        factory = LINK_KINDS[mode]
         for i, node in enumerate(self.plan.clients):
-            proxy = ShapingProxy(
+            link = factory(
                 node.name,
-                "127.0.0.1",
-                int(self.superlink_port or 0),
                 node.uplink.params(),
+                index=i,
                 seed=self.plan.seed * 1000 + i,
+                server_host="127.0.0.1",
+                server_port=int(self.superlink_port or 0),
+                server_netns=self.netns,
+                run_tag=self._run_tag,
             )
-            proxy.start()
-            self.proxies[node.name] = proxy
+            link.start()
+            self._links[node.name] = link
+            if isinstance(link, _Namespaced):
+                self._client_prefix[node.name] = link.exec_prefix("client")
 
-    def space_model(self):
+    def space_model(self) -> SpaceModel | None:
         """The orbital model of the run's space tier (None without ``space:``)."""
         exp = self.plan.experiment
         if exp.space is None:
             return None
-        if getattr(self, "_space", None) is None:
+        if self._space is None:
             from testbed.space.schedule import SpaceModel
 
             fl = exp.workload.fl
@@ -185,62 +207,41 @@ class LocalBackend:
 
     def _make_netns(self) -> str:
         """Create this run's server namespace (root / CAP_NET_ADMIN needed)."""
-        import secrets
-
         if os.geteuid() != 0:
             raise ValueError("links.mode: netem needs root (CAP_NET_ADMIN); use proxy")
-        self._short = secrets.token_hex(3)
-        ns = f"ct-{self._short}-srv"
+        ns = f"ct-{self._run_tag}-srv"
         subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
         subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True, capture_output=True)
         return ns
-
-    def _start_netem_links(self) -> None:
-        """One kernel-shaped link (namespaces + veth + tbf/netem) per client node."""
-        from testbed.emulation.netem import NetemLink
-
-        for i, node in enumerate(self.plan.clients):
-            link = NetemLink(
-                f"{self._short}n{i}",
-                node.uplink.params(),
-                index=i,
-                seed=self.plan.seed * 1000 + i,
-                server_netns=self.netns,
-            )
-            link.start()
-            self.proxies[node.name] = link
-            self._client_prefix[node.name] = link.exec_prefix("client")
 
     def start_schedules(self) -> None:
         """Play time-varying links from now (called when the fleet is ready): a node's
         own ``schedule``, or its passes over the ground stations (space tier)."""
         t0 = time.monotonic()
         space = self.space_model()
-        orbital = set(space.nodes) if space is not None else set()
         for node in self.plan.clients:
-            if node.name not in self.proxies:
+            link = self._links.get(node.name)
+            if link is None:
                 continue
-            if node.name in orbital:
-                self.proxies[node.name].run_schedule(space.link_schedule(node.name), t0)
+            if space is not None and node.name in space.nodes:  # orbital passes
+                link.run_schedule(space.link_schedule(node.name), t0)
             elif node.uplink.schedule:
-                self.proxies[node.name].run_schedule(node.uplink.link_schedule(), t0)
+                link.run_schedule(node.uplink.link_schedule(), t0)
 
-    def link_counters(self) -> dict[str, dict]:
+    def link_counters(self) -> dict[str, dict[str, Any]]:
         """Per-node link counters (bytes up/down on the wire, partitioned time...)."""
-        return {name: p.counters() for name, p in self.proxies.items()}
+        return {name: link.counters() for name, link in self._links.items()}
 
     def _superlink_address(self, name: str) -> str:
-        link = self.proxies.get(name)
-        if link is not None and hasattr(link, "server_addr"):  # netem: across the veths
-            return f"{link.server_addr}:{self.superlink_port}"
-        if link is not None:
-            return f"127.0.0.1:{link.listen_port}"
-        return f"127.0.0.1:{self.superlink_port}"
+        """``host:port`` node ``name`` dials: through its link when it has one."""
+        port = int(self.superlink_port or 0)
+        link = self._links.get(name)
+        return link.connect_address(port) if link is not None else f"127.0.0.1:{port}"
 
     def control_path(self, name: str) -> Path:
         return (self.run_dir / "nodes" / name / "control.json").resolve()
 
-    def start_node(self, name: str) -> tuple[int, subprocess.Popen]:
+    def start_node(self, name: str) -> tuple[int, Popen]:
         node = next(n for n in self.plan.clients if n.name == name)
         if name not in self._cmds:
             port = free_port()
@@ -275,7 +276,7 @@ class LocalBackend:
     @property
     def links(self) -> Mapping[str, Link]:
         """The emulated link of each client node (empty with ``links.mode: none``)."""
-        return self.proxies
+        return self._links
 
     def set_control(self, name: str, control: NodeControl) -> None:
         """Write node ``name``'s live fault controls (see :meth:`LocalNode.set_control`)."""
@@ -307,7 +308,7 @@ class LocalBackend:
         os.kill(self.procs.procs[self.plan.server.name].pid, signal.SIGUSR1)
         self.superlink_restarts += 1
 
-    def attach(self, flwr_run_id: int) -> subprocess.Popen:
+    def attach(self, flwr_run_id: int) -> Popen:
         """Stream a submitted run's logs again (after the SuperLink came back)."""
         wait_port(int(self.superlink_port or 0), 60, netns=self.netns)
         cmd = [flower_bin("flwr"), "log", str(flwr_run_id), "fleet", "--stream"]
@@ -326,7 +327,7 @@ class LocalBackend:
         m = re.search(r"Successfully started run (\d+)", log)
         return int(m.group(1)) if m else None
 
-    def submit(self, run_config: dict[str, object]) -> subprocess.Popen:
+    def submit(self, run_config: dict[str, object]) -> Popen:
         """Submit the Flower app with ``flwr run --stream``; the process ends with the run."""
         home = self.run_dir / "flwr_home"
         home.mkdir(parents=True, exist_ok=True)
@@ -360,7 +361,7 @@ class LocalBackend:
         (a restarted node registers again under a new id: all map to its name)."""
         import re
 
-        out = {}
+        out: dict[str, str] = {}
         for node in self.plan.clients:
             log = self.run_dir / "logs" / f"{node.name}.log"
             if log.exists():
@@ -383,8 +384,8 @@ class LocalBackend:
             self.node(name).resume()
         pids = [p.pid for p in self.procs.procs.values()]
         self.procs.stop_all()
-        for proxy in self.proxies.values():
-            proxy.stop()
+        for link in self._links.values():
+            link.stop()
         for pid in pids:  # memory (and cpu) cgroups of the nodes
             remove_node_cgroups(pid)
         if self.netns:

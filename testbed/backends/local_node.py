@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from nodes.agent import cgroup_dir
-from nodes.emulation import NodeControl, write_control
+from nodes.device_control import NodeControl, write_control
 
 if TYPE_CHECKING:
     from testbed.backends.local import LocalBackend

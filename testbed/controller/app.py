@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import hmac
 import re
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
@@ -107,7 +108,7 @@ def create_app(
     ctl = Controller(Path(store_root), Path(experiments_dir))
 
     @asynccontextmanager
-    async def lifespan(_app: FastAPI):  # noqa: ANN202
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         yield
         await asyncio.to_thread(ctl.shutdown)  # stop launched runs, close the store
 
@@ -119,7 +120,9 @@ def create_app(
     app.state.controller = ctl
 
     @app.middleware("http")
-    async def require_token(request: Request, call_next):  # noqa: ANN202
+    async def require_token(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
         if token and request.url.path not in OPEN_PATHS:
             given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
             if not hmac.compare_digest(given.encode(), token.encode()):  # constant time
@@ -154,118 +157,101 @@ def create_app(
             "token_required": bool(token),
         }
 
-    # -- experiments ----------------------------------------------------------------
-    @app.get("/experiments", tags=["experiments"])
+    areas = (experiments_routes, launches_routes, runs_routes, run_records_routes, faults_routes)
+    for routes in areas:
+        app.include_router(routes(ctl))
+    return app
+
+
+def experiments_routes(ctl: Controller) -> APIRouter:
+    """Experiment files, validation and planning."""
+    r = APIRouter(tags=["experiments"])
+
+    @r.get("/experiments")
     async def experiments() -> list[dict[str, Any]]:
         """Experiment files offered for launch."""
         return ctl.experiments()
 
-    @app.get("/experiments/{name}", tags=["experiments"], response_class=PlainTextResponse)
+    @r.get("/experiments/{name}", response_class=PlainTextResponse)
     async def experiment_text(name: Annotated[str, PathParam(max_length=MAX_ID_CHARS)]) -> str:
         """The YAML text of an experiment file."""
         return ctl.experiment_text(name)
 
-    @app.post("/validate", tags=["experiments"])
+    @r.post("/validate")
     async def validate(body: ValidateBody) -> dict[str, Any]:
         """Validate YAML: ``ok`` and every problem with its YAML ``path`` and ``line``."""
         return await asyncio.to_thread(ctl.validate, body.text, body.source, body.set)
 
-    @app.post("/plan", tags=["experiments"])
+    @r.post("/plan")
     async def plan(body: FleetBody) -> dict[str, Any]:
         """The planned fleet (nodes, tiers, links) of an experiment, before any run."""
         return ctl.fleet_of_text(body.text, body.set)
 
-    # -- launches -------------------------------------------------------------------
-    @app.post("/launches", tags=["launches"], status_code=201)
+    return r
+
+
+def launches_routes(ctl: Controller) -> APIRouter:
+    """Launches: `testbed run` subprocesses started by this controller."""
+    r = APIRouter(tags=["launches"])
+
+    @r.post("/launches", status_code=201)
     async def launch(body: LaunchBody) -> dict[str, Any]:
         """Launch an experiment (all runs of its sweep) as a `testbed run` subprocess."""
         job = await asyncio.to_thread(ctl.launch, body.experiment, body.text, body.name, body.set)
         return ctl.job(job.job_id)
 
-    @app.get("/launches", tags=["launches"])
+    @r.get("/launches")
     async def launches() -> list[dict[str, Any]]:
         """Launches of this controller, newest first, with progress over their runs."""
         return ctl.all_jobs()
 
-    @app.get("/launches/{job_id}", tags=["launches"])
+    @r.get("/launches/{job_id}")
     async def launch_status(job_id: FileName) -> dict[str, Any]:
         return ctl.job(job_id)
 
-    @app.post("/launches/{job_id}/stop", tags=["launches"])
+    @r.post("/launches/{job_id}/stop")
     async def stop_launch(job_id: FileName, force: bool = False) -> dict[str, Any]:
         """SIGINT the launch (its run is marked interrupted); ``force``: SIGKILL."""
         return ctl.stop_job(job_id, force)
 
-    # -- runs -----------------------------------------------------------------------
-    @app.get("/runs", tags=["runs"])
+    return r
+
+
+def runs_routes(ctl: Controller) -> APIRouter:
+    """Runs in the store: status, metrics, events, artifacts, fleet, comparison."""
+    r = APIRouter(tags=["runs"])
+
+    @r.get("/runs")
     async def runs() -> list[dict[str, Any]]:
         """Every run in the store, newest first."""
         return ctl.runs()
 
-    @app.get("/runs/{run_id}", tags=["runs"])
+    @r.get("/runs/{run_id}")
     async def run(run_id: RunId) -> dict[str, Any]:
         """One run (id or unique prefix): status, summary, metadata, round progress."""
         return ctl.run(run_id)
 
-    @app.post("/runs/{run_id}/stop", tags=["runs"])
+    @r.post("/runs/{run_id}/stop")
     async def stop_run(run_id: RunId) -> dict[str, Any]:
         """Stop a running run (SIGINT to its `testbed run` process)."""
         return ctl.stop_run(run_id)
 
-    @app.get("/runs/{run_id}/metrics", tags=["runs"])
-    async def metrics(run_id: RunId, since: Cursor = 0) -> dict[str, Any]:
-        """Metric rows after cursor ``since``: id, round, node, name, value, ts."""
-        return ctl.metrics_since(run_id, since)
-
-    @app.get("/runs/{run_id}/metrics.csv", tags=["runs"])
-    async def metrics_csv(run_id: RunId) -> Response:
-        """All metrics of a run, long format (round, node, name, value, ts)."""
-        rid, text = ctl.metrics_csv(run_id)
-        return Response(
-            text,
-            media_type="text/csv",
-            headers={"Content-Disposition": f'attachment; filename="{rid}-metrics.csv"'},
-        )
-
-    @app.get("/runs/{run_id}/events", tags=["runs"])
-    async def events(run_id: RunId, since: Cursor = 0) -> dict[str, Any]:
-        """Event rows after cursor ``since``: id, ts, kind, round, node, data."""
-        return ctl.events_since(run_id, since)
-
-    @app.get("/runs/{run_id}/tagged-metrics", tags=["runs"])
-    async def tagged_metrics(run_id: RunId) -> list[dict[str, Any]]:
-        """All metric rows of a run with their tags: round, node, name, value, tags."""
-        return ctl.tagged_metrics(run_id)
-
-    @app.get("/runs/{run_id}/artifacts", tags=["runs"])
-    async def artifacts(run_id: RunId) -> list[str]:
-        """Files of the run's folder the dashboard may show (PNG plots, results.json, CSV)."""
-        return ctl.artifacts(run_id)
-
-    @app.get("/runs/{run_id}/artifacts/{name}", tags=["runs"])
-    async def artifact(run_id: RunId, name: FileName) -> FileResponse:
-        """One of those files (only inside the run store)."""
-        path = ctl.artifact_path(run_id, name)
-        if not inside(ctl.store_root, path):
-            raise UserError(404, f"run {run_id} has no artifact {name!r}")
-        return FileResponse(path)
-
-    @app.get("/runs/{run_id}/status", tags=["runs"])
+    @r.get("/runs/{run_id}/status")
     async def round_status(run_id: RunId) -> list[dict[str, Any]]:
         """Per (round, node) status: completed | failed | excluded | late, with reason."""
         return ctl.round_status(run_id)
 
-    @app.get("/runs/{run_id}/fleet", tags=["runs"])
+    @r.get("/runs/{run_id}/fleet")
     async def fleet(run_id: RunId) -> dict[str, Any]:
         """Nodes and links of a run, each with its state now (or at the run's end)."""
         return ctl.fleet(run_id)
 
-    @app.get("/runs/{run_id}/spec", tags=["runs"], response_class=PlainTextResponse)
+    @r.get("/runs/{run_id}/spec", response_class=PlainTextResponse)
     async def spec(run_id: RunId) -> str:
         """The resolved spec the run snapshotted."""
         return ctl.spec_text(run_id)
 
-    @app.get("/compare", tags=["runs"])
+    @r.get("/compare")
     async def compare(
         run: Annotated[list[str], Query(min_length=1, max_length=MAX_OVERRIDES)],
     ) -> dict[str, Any]:
@@ -275,13 +261,19 @@ def create_app(
             raise UserError(422, f"run: not run ids {bad[:5]!r} (letters, digits and '-')")
         return ctl.compare(run)
 
-    # -- faults ---------------------------------------------------------------------
-    @app.get("/faults", tags=["faults"])
+    return r
+
+
+def faults_routes(ctl: Controller) -> APIRouter:
+    """Fault kinds and live injections into running runs."""
+    r = APIRouter(tags=["faults"])
+
+    @r.get("/faults")
     async def faults() -> dict[str, Any]:
         """Fault kinds a live injection may use, and their parameters."""
         return ctl.fault_schema()
 
-    @app.post("/runs/{run_id}/inject", tags=["faults"], status_code=201)
+    @r.post("/runs/{run_id}/inject", status_code=201)
     async def inject(run_id: RunId, body: FaultBody) -> dict[str, Any]:
         """Inject a fault into a running run now; waits up to ``wait_s`` for it to apply."""
         fault = body.model_dump(exclude={"wait_s"})
@@ -293,9 +285,54 @@ def create_app(
             status = ctl.injection_status(out["injection_id"])
         return {**out, "status": status}
 
-    @app.get("/runs/{run_id}/injections", tags=["faults"])
+    @r.get("/runs/{run_id}/injections")
     async def injections(run_id: RunId) -> list[dict[str, Any]]:
         """Live injections into a run and whether they were applied."""
         return ctl.injections(run_id)
 
-    return app
+    return r
+
+
+def run_records_routes(ctl: Controller) -> APIRouter:
+    """What a run recorded: metrics, events and artifact files (cursors for live views)."""
+    r = APIRouter(tags=["runs"])
+
+    @r.get("/runs/{run_id}/metrics")
+    async def metrics(run_id: RunId, since: Cursor = 0) -> dict[str, Any]:
+        """Metric rows after cursor ``since``: id, round, node, name, value, ts."""
+        return ctl.metrics_since(run_id, since)
+
+    @r.get("/runs/{run_id}/metrics.csv")
+    async def metrics_csv(run_id: RunId) -> Response:
+        """All metrics of a run, long format (round, node, name, value, ts)."""
+        rid, text = ctl.metrics_csv(run_id)
+        return Response(
+            text,
+            media_type="text/csv",
+            headers={"Content-Disposition": f'attachment; filename="{rid}-metrics.csv"'},
+        )
+
+    @r.get("/runs/{run_id}/events")
+    async def events(run_id: RunId, since: Cursor = 0) -> dict[str, Any]:
+        """Event rows after cursor ``since``: id, ts, kind, round, node, data."""
+        return ctl.events_since(run_id, since)
+
+    @r.get("/runs/{run_id}/tagged-metrics")
+    async def tagged_metrics(run_id: RunId) -> list[dict[str, Any]]:
+        """All metric rows of a run with their tags: round, node, name, value, tags."""
+        return ctl.tagged_metrics(run_id)
+
+    @r.get("/runs/{run_id}/artifacts")
+    async def artifacts(run_id: RunId) -> list[str]:
+        """Files of the run's folder the dashboard may show (PNG plots, results.json, CSV)."""
+        return ctl.artifacts(run_id)
+
+    @r.get("/runs/{run_id}/artifacts/{name}")
+    async def artifact(run_id: RunId, name: FileName) -> FileResponse:
+        """One of those files (only inside the run store)."""
+        path = ctl.artifact_path(run_id, name)
+        if not inside(ctl.store_root, path):
+            raise UserError(404, f"run {run_id} has no artifact {name!r}")
+        return FileResponse(path)
+
+    return r

@@ -10,22 +10,21 @@ or a link schedule moved it away from its spec), ``not emulated`` (``links.mode:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from testbed.planner import Plan
+from testbed.rows import EventRow, MetricRow
 
 TIER_ORDER = ("space", "cloud", "fog", "edge")
 
 
+LINK_KEYS = ("bandwidth_mbps", "latency_ms", "jitter_ms", "loss_pct")
+
+
 def _link_params(link: Any) -> dict[str, Any]:
-    return {
-        "bandwidth_mbps": link.bandwidth_mbps,
-        "latency_ms": link.latency_ms,
-        "jitter_ms": link.jitter_ms,
-        "loss_pct": link.loss_pct,
-    }
+    return {key: getattr(link, key) for key in LINK_KEYS}
 
 
 def planned_fleet(plan: Plan) -> dict[str, Any]:
@@ -95,8 +94,8 @@ def _mark_fault(n: dict[str, Any] | None, lk: dict[str, Any] | None, kind: str) 
 
 def fleet_state(
     plan: Plan,
-    events: Iterable[tuple],
-    metrics: Iterable[tuple],
+    events: Iterable[EventRow],
+    metrics: Iterable[MetricRow],
     run_status: str,
 ) -> dict[str, Any]:
     """Replay a run's events over its planned fleet.
@@ -105,75 +104,112 @@ def fleet_state(
     ----------
     plan : Plan
         The run's plan (from its resolved spec).
-    events : iterable of tuple
-        ``(id, ts, kind, round, node, data_json)`` rows of the run, in order.
-    metrics : iterable of tuple
-        ``(round, node, name, value, ts)`` rows of the run.
+    events : iterable of EventRow
+        The run's events, in order.
+    metrics : iterable of MetricRow
+        The run's metrics (traffic per link, peak memory per node).
     run_status : str
         The run's status; nodes of a finished run keep their last state.
     """
     fleet = planned_fleet(plan)
-    nodes = {n["name"]: n for n in fleet["nodes"]}
-    links = {lk["node"]: lk for lk in fleet["links"]}
-    ready = False
-    rnd = 0
-    until: dict[str, int | None] = {}
-    for _id, _ts, kind, ev_round, node, data in events:
-        d = json.loads(data) if data else {}
-        if kind == "fleet_ready":
-            ready = True
-        elif kind == "round_start" and ev_round is not None:
-            rnd = int(ev_round)
-        if kind == "fault_injected" and node:
-            _mark_fault(nodes.get(node), links.get(node), d.get("kind", ""))
-        n = nodes.get(node) if node else None
-        if n is not None:
-            if kind == "node_down":
-                n["state"], n["detail"] = "down", d.get("reason", "")
-            elif kind in ("node_restarted", "node_rejoined"):
-                n["state"], n["detail"] = "up", kind.replace("_", " ")
-            elif kind in ("straggler_set", "misconfig_set"):
-                until[node] = d.get("until_round")
-                n["state"] = "straggling" if kind == "straggler_set" else "misconfigured"
-                n["detail"] = (
-                    f"x{d.get('factor')} slowdown" if kind == "straggler_set" else d.get("mode", "")
-                ) + (f" until round {d['until_round']}" if d.get("until_round") else "")
-        lk = links.get(node) if node else None
-        if lk is not None:
-            if kind == "link_partitioned":
-                lk["state"] = "partitioned"
-            elif kind == "link_healed":
-                lk["state"] = "ok"
-            elif kind in ("link_changed", "link_degraded", "link_restored"):
-                params = d.get("params", d)  # schedule changes nest them under "params"
-                for key in ("bandwidth_mbps", "latency_ms", "jitter_ms", "loss_pct"):
-                    if key in params:
-                        lk[key] = params[key]
-                lk["state"] = (
-                    "partitioned"
-                    if params.get("partitioned")
-                    else "ok"
-                    if kind == "link_restored"
-                    else "degraded"
-                )
-    for name, n in nodes.items():
-        if n["state"] == "planned":
-            n["state"] = "up" if ready else "starting"
-        last = until.get(name)
-        if n["state"] in ("straggling", "misconfigured") and last is not None and rnd > last:
-            n["state"], n["detail"] = "up", ""
-    payload: dict[str, dict[str, float]] = {}
-    for _r, node, name, value, _ts in metrics:
-        if node in links and name in ("link_bytes_up", "link_bytes_down"):
-            payload.setdefault(node, {})["wire_" + name[5:]] = value
-        elif node in links and name in ("bytes_received", "bytes_sent"):
-            key = "bytes_up" if name == "bytes_received" else "bytes_down"
-            payload.setdefault(node, {})[key] = payload.get(node, {}).get(key, 0.0) + value
-        elif node in nodes and name == "peak_rss_mb":
-            nodes[node]["peak_rss_mb"] = value
-    for node, p in payload.items():  # wire counters when the run has them, else payloads
-        links[node]["bytes_up"] = p.get("wire_bytes_up", p.get("bytes_up"))
-        links[node]["bytes_down"] = p.get("wire_bytes_down", p.get("bytes_down"))
-    fleet["round"] = rnd
+    replay = _Replay(
+        nodes={n["name"]: n for n in fleet["nodes"]},
+        links={lk["node"]: lk for lk in fleet["links"]},
+    )
+    for ev in events:
+        replay.event(ev)
+    replay.settle()
+    _add_metrics(replay.nodes, replay.links, metrics)
+    fleet["round"] = replay.round
     fleet["run_status"] = run_status
     return fleet
+
+
+@dataclass
+class _Replay:
+    """Node and link states as the events so far leave them."""
+
+    nodes: dict[str, dict[str, Any]]
+    links: dict[str, dict[str, Any]]
+    ready: bool = False
+    round: int = 0
+    until: dict[str, int | None] = field(default_factory=dict)  # slowed down until round
+
+    def event(self, ev: EventRow) -> None:
+        """Apply one event to the fleet, its node and the node's link."""
+        d = ev.data_dict
+        if ev.kind == "fleet_ready":
+            self.ready = True
+        elif ev.kind == "round_start" and ev.round is not None:
+            self.round = int(ev.round)
+        if not ev.node:
+            return
+        if ev.kind == "fault_injected":
+            _mark_fault(self.nodes.get(ev.node), self.links.get(ev.node), d.get("kind", ""))
+        n = self.nodes.get(ev.node)
+        if n is not None:
+            self._node_event(n, ev.node, ev.kind, d)
+        lk = self.links.get(ev.node)
+        if lk is not None:
+            _link_event(lk, ev.kind, d)
+
+    def _node_event(self, n: dict[str, Any], name: str, kind: str, d: dict[str, Any]) -> None:
+        if kind == "node_down":
+            n["state"], n["detail"] = "down", d.get("reason", "")
+        elif kind in ("node_restarted", "node_rejoined"):
+            n["state"], n["detail"] = "up", kind.replace("_", " ")
+        elif kind in ("straggler_set", "misconfig_set"):
+            self.until[name] = d.get("until_round")
+            if kind == "straggler_set":
+                n["state"], n["detail"] = "straggling", f"x{d.get('factor')} slowdown"
+            else:
+                n["state"], n["detail"] = "misconfigured", d.get("mode", "")
+            if d.get("until_round"):
+                n["detail"] += f" until round {d['until_round']}"
+
+    def settle(self) -> None:
+        """Nodes no event touched are up (or starting); slowdowns past their round end."""
+        for name, n in self.nodes.items():
+            if n["state"] == "planned":
+                n["state"] = "up" if self.ready else "starting"
+            last = self.until.get(name)
+            slowed = n["state"] in ("straggling", "misconfigured")
+            if slowed and last is not None and self.round > last:
+                n["state"], n["detail"] = "up", ""
+
+
+def _link_event(lk: dict[str, Any], kind: str, d: dict[str, Any]) -> None:
+    """A link partitioned, healed, or changed (live or by its schedule)."""
+    if kind == "link_partitioned":
+        lk["state"] = "partitioned"
+    elif kind == "link_healed":
+        lk["state"] = "ok"
+    elif kind in ("link_changed", "link_degraded", "link_restored"):
+        params = d.get("params", d)  # schedule changes nest them under "params"
+        lk.update({key: params[key] for key in LINK_KEYS if key in params})
+        if params.get("partitioned"):
+            lk["state"] = "partitioned"
+        else:
+            lk["state"] = "ok" if kind == "link_restored" else "degraded"
+
+
+def _add_metrics(
+    nodes: dict[str, dict[str, Any]], links: dict[str, dict[str, Any]], metrics: Iterable[MetricRow]
+) -> None:
+    """Bytes up/down per link (wire counters when the run has them, else payloads) and
+    peak memory per node."""
+    payload: dict[str, dict[str, float]] = {}
+    for m in metrics:
+        if m.node is None or m.value is None:
+            continue
+        if m.node in links and m.name in ("link_bytes_up", "link_bytes_down"):
+            payload.setdefault(m.node, {})["wire_" + m.name[5:]] = m.value
+        elif m.node in links and m.name in ("bytes_received", "bytes_sent"):
+            key = "bytes_up" if m.name == "bytes_received" else "bytes_down"
+            sums = payload.setdefault(m.node, {})
+            sums[key] = sums.get(key, 0.0) + m.value
+        elif m.node in nodes and m.name == "peak_rss_mb":
+            nodes[m.node]["peak_rss_mb"] = m.value
+    for node, p in payload.items():
+        links[node]["bytes_up"] = p.get("wire_bytes_up", p.get("bytes_up"))
+        links[node]["bytes_down"] = p.get("wire_bytes_down", p.get("bytes_down"))

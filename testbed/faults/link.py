@@ -6,27 +6,24 @@ without emulated links (``links.mode: none``) rejects them (``fault_rejected``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 
 from testbed.faults.base import FaultContext, FaultKind, FaultParams, register_fault
 
+if TYPE_CHECKING:
+    from testbed.emulation.link import Link
+
 LINK_KEYS = ("bandwidth_mbps", "latency_ms", "jitter_ms", "loss_pct")
 
 
-def link_of(ctx: FaultContext, name: str | None, what: str) -> Any:
+def link_of(ctx: FaultContext, name: str | None, what: str) -> Link:
     """The emulated link of node ``name`` (NotImplementedError when links are off)."""
     link = ctx.backend.links.get(name or "")
     if link is None:
         raise NotImplementedError(f"{what} needs emulated links (links.mode: proxy or netem)")
     return link
-
-
-def current_params(link: Any) -> dict[str, Any]:
-    """The link's parameters now, as a dict (from its counters, as every kind has)."""
-    params = link.counters()["params"]
-    return dict(params) if isinstance(params, dict) else dict(params.to_dict())
 
 
 class PartitionParams(FaultParams):
@@ -89,21 +86,18 @@ class Degrade(FaultKind):
     effects = ("link_degraded", "link_restored")
 
     def apply(self, ctx: FaultContext, name: str | None) -> dict[str, Any]:
-        from testbed.emulation.link import LinkParams
-
         link = link_of(ctx, name, "changing a link")
         changes = self.params.changes()
-        current = current_params(link)
-        link.set_params(LinkParams(**{**current, **changes}))
+        before = link.params
+        link.set_params(before.replace(**changes))
         ctx.event("link_degraded", name, duration_s=self.params.duration_s, **changes)
-        return {k: current.get(k) for k in changes}
+        return {k: getattr(before, k) for k in changes}  # what undo puts back
 
     def undo_after_s(self) -> float | None:
-        return self.params.duration_s
+        duration: float | None = self.params.duration_s
+        return duration
 
     def undo(self, ctx: FaultContext, name: str | None, state: Any) -> None:
-        from testbed.emulation.link import LinkParams
-
         link = link_of(ctx, name, "changing a link")
-        link.set_params(LinkParams(**{**current_params(link), **state}))
+        link.set_params(link.params.replace(**state))
         ctx.event("link_restored", name, **state)

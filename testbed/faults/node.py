@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from nodes.emulation import NodeControl
+from nodes.device_control import NodeControl
 from testbed.faults.base import FaultContext, FaultKind, FaultParams, register_fault
 
 DOWN_EFFECTS = ("node_down", "node_restarted", "node_rejoined")

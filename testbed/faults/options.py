@@ -48,7 +48,9 @@ def parse_params(extra: list[str], params: list[str]) -> dict[str, str]:
     return out
 
 
-def live_fault(kind: str, node: str | None, tier: str | None, values: dict[str, Any]) -> dict:
+def live_fault(
+    kind: str, node: str | None, tier: str | None, values: dict[str, Any]
+) -> dict[str, Any]:
     """The raw spec of a fault injected now (``at_time_s: 0``), None values dropped."""
     spec = {"kind": kind, "node": node, "tier": tier, **values}
     spec.update(at_time_s=0.0, phase="during")

@@ -42,7 +42,7 @@ def _index(part: str) -> str | int:
 
 
 def _message(e: Any) -> str:
-    msg = e["msg"].removeprefix("Value error, ")
+    msg = str(e["msg"]).removeprefix("Value error, ")
     if e["type"] == "extra_forbidden":
         return "unknown key"
     if e["type"] not in ("missing", "value_error") and "input" in e:
@@ -78,7 +78,9 @@ def _problems(err: ValidationError, lines: dict[Loc, int]) -> list[Problem]:
     return out
 
 
-def set_dotted(raw: dict, key: str, value: Any, source: str = "--set", line: int = 0) -> None:
+def set_dotted(
+    raw: dict[str, Any], key: str, value: Any, source: str = "--set", line: int = 0
+) -> None:
     """Set ``a.b.0.c = value`` in a raw dict, creating mappings as needed.
 
     Raises
@@ -142,7 +144,7 @@ def parse_spec(
     return _validate(raw, lines, source)
 
 
-def _reference_problems(raw: dict, lines: dict[Loc, int]) -> list[Problem]:
+def _reference_problems(raw: dict[str, Any], lines: dict[Loc, int]) -> list[Problem]:
     """Nodes referenced but not defined, checked on the raw file so that these are
     reported together with type errors elsewhere (the model re-checks them)."""
     fleet = raw.get("fleet")
@@ -185,7 +187,7 @@ def _few(names: set[str], limit: int = 20) -> str:
     return f"{shown}" + (f" and {more} more" if more else "")
 
 
-def _validate(raw: dict, lines: dict[Loc, int], source: str) -> Experiment:
+def _validate(raw: dict[str, Any], lines: dict[Loc, int], source: str) -> Experiment:
     """Validate a raw document; every problem (type errors, undefined references,
     infinite numbers) is reported together, each once."""
     bad_numbers = nonfinite(raw, lines)
@@ -195,8 +197,8 @@ def _validate(raw: dict, lines: dict[Loc, int], source: str) -> Experiment:
         probs = _problems(err, lines)
         seen = {(p.path, p.line) for p in probs}
         probs += [p for p in _reference_problems(raw, lines) if (p.path, p.line) not in seen]
-        seen = {p.path for p in probs}
-        probs += [p for p in bad_numbers if p.path not in seen]
+        seen_paths = {p.path for p in probs}
+        probs += [p for p in bad_numbers if p.path not in seen_paths]
         probs = sorted(unique(probs), key=lambda p: (p.line or 10**9, p.path))
         raise SpecError(source, probs) from None
     # pydantic turns the string "1e309" (YAML 1.1 reads no float without a dot) into inf

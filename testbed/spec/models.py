@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
     ConfigDict,
@@ -27,6 +27,9 @@ from testbed.functions.config import FunctionsSpec
 from testbed.space.config import SpaceSpec
 from testbed.spec.catalog import CATALOG, DeviceProfile
 
+if TYPE_CHECKING:
+    from testbed.emulation.link import LinkParams, LinkSchedule
+
 Tier = Literal["edge", "fog", "cloud", "space"]
 TIERS: tuple[str, ...] = ("edge", "fog", "cloud", "space")
 NODE_ID = re.compile(r"^[a-z][a-z0-9-]*$")
@@ -43,7 +46,7 @@ class LinkState(Frozen):
     loss_pct: float = Field(0.0, ge=0, le=100)
     partitioned: bool = False
 
-    def params(self):
+    def params(self) -> LinkParams:
         """As the link layer's ``LinkParams``."""
         from testbed.emulation.link import LinkParams
 
@@ -55,7 +58,7 @@ class LinkSegment(LinkState):
 
     at_s: float = Field(ge=0)
 
-    def params(self):
+    def params(self) -> LinkParams:
         from testbed.emulation.link import LinkParams
 
         return LinkParams(**self.model_dump(exclude={"at_s"}))
@@ -66,12 +69,12 @@ class LinkSpec(LinkState):
 
     schedule: list[LinkSegment] = Field(default_factory=list)
 
-    def params(self):
+    def params(self) -> LinkParams:
         from testbed.emulation.link import LinkParams
 
         return LinkParams(**self.model_dump(exclude={"schedule"}))
 
-    def link_schedule(self):
+    def link_schedule(self) -> LinkSchedule:
         """A ``LinkSchedule`` starting with this link's own properties at t = 0."""
         from testbed.emulation.link import LinkSchedule
 
@@ -82,9 +85,19 @@ class LinkSpec(LinkState):
 class LinksSpec(Frozen):
     """Links: defaults per tier pair (``edge-cloud``, order-free) and overrides per node."""
 
-    mode: Literal["proxy", "netem", "none"] = "proxy"
+    mode: str = Field("proxy", description="a link kind, or none (no emulated links)")
     defaults: dict[str, LinkSpec] = Field(default_factory=dict)
     nodes: dict[str, LinkSpec] = Field(default_factory=dict)
+
+    @field_validator("mode")
+    @classmethod
+    def _link_kind(cls, v: str) -> str:
+        """A registered link kind (:data:`testbed.emulation.kinds.LINK_KINDS`) or none."""
+        from testbed.emulation.kinds import LINK_KINDS
+
+        if v != "none" and v not in LINK_KINDS:
+            raise ValueError(f"unknown link kind {v!r}; choose one of {[*LINK_KINDS, 'none']}")
+        return v
 
     @field_validator("defaults")
     @classmethod
@@ -313,6 +326,7 @@ class Experiment(Frozen):
 
     @model_validator(mode="after")
     def _references(self) -> Experiment:
+        """Every problem across sections at once, one ``path: message`` per line."""
         errors: list[str] = []
         if self.workload.fl is not None and self.fleet is None:
             errors.append("fleet: required for an fl workload")
@@ -320,62 +334,58 @@ class Experiment(Frozen):
             errors.append("fleet: required for a functions workload")
         names: list[str] = []
         if self.fleet is not None:
-            catalog = {**CATALOG, **self.profiles}
-            for i, n in enumerate(self.fleet.nodes):
-                if isinstance(n.profile, str) and n.profile not in catalog:
-                    errors.append(
-                        f"fleet.nodes.{i}.profile: unknown profile {n.profile!r}; "
-                        f"choose one of {sorted(catalog)} or define it under profiles"
-                    )
-                names += n.names()
-            dup = sorted(x for x, k in Counter(names).items() if k > 1)
-            if dup:
-                errors.append(f"fleet.nodes: duplicate node names {dup}")
-            if self.workload.fl is not None:
-                servers = [n.id for n in self.fleet.nodes if n.fl_role == "server"]
-                nservers = sum(n.count for n in self.fleet.nodes if n.fl_role == "server")
-                if nservers != 1:
-                    errors.append(
-                        f"fleet.nodes: an fl workload needs exactly one server node "
-                        f"(a cloud node, or role: server); found {servers or 'none'}"
-                    )
-                if not any(n.fl_role == "client" for n in self.fleet.nodes):
-                    errors.append("fleet.nodes: an fl workload needs at least one client node")
-        for key in self.links.nodes:
-            if key not in names:
-                errors.append(
-                    f"links.nodes.{key}: node {key!r} is not defined in fleet.nodes "
-                    f"(defined: {sorted(names)})"
-                )
-        if self.space is not None:
-            for key in self.space.satellites:
-                if key not in names:
-                    errors.append(
-                        f"space.satellites.{key}: node {key!r} is not defined in "
-                        f"fleet.nodes (defined: {sorted(names)})"
-                    )
-            for i, relay in enumerate(self.space.relays):
-                if relay.node not in names:
-                    errors.append(
-                        f"space.relays.{i}.node: node {relay.node!r} is not defined "
-                        f"in fleet.nodes (defined: {sorted(names)})"
-                    )
-        fns = self.workload.functions.functions if self.workload.functions else []
-        for i, fn in enumerate(fns):
-            if fn.node is not None and fn.node not in names:
-                errors.append(
-                    f"workload.functions.functions.{i}.node: node {fn.node!r} is not defined "
-                    f"in fleet.nodes (defined: {sorted(names)})"
-                )
-        for i, f in enumerate(self.faults):
-            if f.node is not None and f.node not in names:
-                errors.append(
-                    f"faults.{i}.node: node {f.node!r} is not defined in fleet.nodes "
-                    f"(defined: {sorted(names)})"
-                )
+            names = [name for n in self.fleet.nodes for name in n.names()]
+            errors += self._fleet_errors(self.fleet, names)
+        errors += [
+            f"{path}: node {node!r} is not defined in fleet.nodes (defined: {sorted(names)})"
+            for path, node in self._node_references()
+            if node not in names
+        ]
         if errors:
             raise ValueError("\n".join(errors))  # one "path: message" per line
         return self
+
+    def _fleet_errors(self, fleet: FleetSpec, names: list[str]) -> list[str]:
+        """Unknown profiles, duplicate node names and the fl workload's roles."""
+        errors: list[str] = []
+        catalog = {**CATALOG, **self.profiles}
+        for i, n in enumerate(fleet.nodes):
+            if isinstance(n.profile, str) and n.profile not in catalog:
+                errors.append(
+                    f"fleet.nodes.{i}.profile: unknown profile {n.profile!r}; "
+                    f"choose one of {sorted(catalog)} or define it under profiles"
+                )
+        dup = sorted(x for x, k in Counter(names).items() if k > 1)
+        if dup:
+            errors.append(f"fleet.nodes: duplicate node names {dup}")
+        if self.workload.fl is None:
+            return errors
+        servers = [n.id for n in fleet.nodes if n.fl_role == "server"]
+        if sum(n.count for n in fleet.nodes if n.fl_role == "server") != 1:
+            errors.append(
+                f"fleet.nodes: an fl workload needs exactly one server node "
+                f"(a cloud node, or role: server); found {servers or 'none'}"
+            )
+        if not any(n.fl_role == "client" for n in fleet.nodes):
+            errors.append("fleet.nodes: an fl workload needs at least one client node")
+        return errors
+
+    def _node_references(self) -> list[tuple[str, str]]:
+        """``(YAML path, node name)`` of every place outside ``fleet`` naming a node."""
+        refs = [(f"links.nodes.{key}", key) for key in self.links.nodes]
+        if self.space is not None:
+            refs += [(f"space.satellites.{key}", key) for key in self.space.satellites]
+            refs += [(f"space.relays.{i}.node", r.node) for i, r in enumerate(self.space.relays)]
+        fns = self.workload.functions.functions if self.workload.functions else []
+        refs += [
+            (f"workload.functions.functions.{i}.node", fn.node)
+            for i, fn in enumerate(fns)
+            if fn.node is not None
+        ]
+        refs += [
+            (f"faults.{i}.node", f.node) for i, f in enumerate(self.faults) if f.node is not None
+        ]
+        return refs
 
     def profile_of(self, node: NodeSpec) -> DeviceProfile:
         """Resolve a node's profile (inline, experiment-defined or built-in)."""

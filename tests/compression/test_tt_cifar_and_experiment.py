@@ -51,10 +51,16 @@ def test_cifar_loader_refuses_code(tmp_path):
 
 
 def test_run_compress_tiny(tmp_path):
-    spec = CompressSpec(eps_list=(0.5, 0.9), train_steps=40, finetune_steps=5, quick=True)
-    metrics, steps = [], []
-    summary = run_compress(spec, 0, tmp_path, report=metrics.append,
-                           progress=lambda d, f: steps.append(f))
+    spec = CompressSpec(eps_list=(0.5, 0.9), train_steps=40, finetune_steps=5, quick=True,
+                        torch_threads=2)
+    metrics, steps, threads = [], [], set()
+
+    def progress(_desc, fraction):
+        steps.append(fraction)
+        threads.add(torch.get_num_threads())
+
+    before = torch.get_num_threads()  # 1 (conftest), not the spec's 2
+    summary = run_compress(spec, 0, tmp_path, report=metrics.append, progress=progress)
     for name in ("results.json", "results.csv", "tt_edge_accuracy.png",
                  "tt_edge_engine_modelled.png"):
         assert (tmp_path / name).is_file()
@@ -69,7 +75,8 @@ def test_run_compress_tiny(tmp_path):
     assert {"accuracy_before", "ratio", "acc_after", "modelled_speedup_x"} <= names
     assert all(set(m) == {"name", "value", "step", "node", "tags"} for m in metrics)
     assert steps[0] == 0.0 and steps[-1] == 1.0
-    assert torch.get_num_threads() >= 1
+    assert threads == {spec.torch_threads} != {before}  # the run used the spec's threads
+    assert torch.get_num_threads() == before  # and gave the caller's back
 
 
 def test_run_compress_resnet32_on_tiny_cifar(tmp_path):

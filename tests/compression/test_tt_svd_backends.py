@@ -11,6 +11,22 @@ SV_REL_TOL = 1e-5  # issue 5: back-ends agree to < 1e-5 relative on singular val
 SHAPES = [(1, 1), (7, 1), (1, 9), (6, 4), (4, 6), (33, 33), (64, 576), (300, 40)]
 
 
+def gebrd_flops_by_hand(m: int, n: int) -> int:
+    """FLOPs of Householder bidiagonalization of an (m, n) matrix, m >= n, by the cost
+    rule of ``nodes/compression/bidiag.py``: forming a reflector of length r costs 3 r,
+    applying it to an (r, c) block 4 r c; a reflector of length 1 has nothing to reflect
+    (tau = 0) and is not applied."""
+    total = 0
+    for k in range(n):
+        r, c = m - k, n - k - 1
+        total += 3 * r  # left reflector of column k
+        if c >= 1:
+            total += 4 * r * c + 3 * c  # applied to the columns right of it; right reflector
+            if c >= 2 and r > 1:
+                total += 4 * (r - 1) * c  # right reflector applied to the rows below
+    return total
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 def test_two_phase_matches_lapack(shape):
     torch.manual_seed(sum(shape))
@@ -26,7 +42,13 @@ def test_two_phase_matches_lapack(shape):
     assert float((vh @ vh.T - torch.eye(k, dtype=u.dtype)).abs().max()) < 1e-12
     assert bool((s[:-1] >= s[1:]).all())
     assert stats.calls == 1
-    assert stats.phases["gebrd"].flops > 0 and stats.phases["bdsqr"].bytes >= 0
+    big, row = max(shape), max(shape) + k  # a rotation acts on a row of U^T and one of V^T
+    assert stats.phases["gebrd"].flops == gebrd_flops_by_hand(big, k)
+    # bdsqr: each inner step of a sweep is one rotation (6 FLOPs per element of the two
+    # rows, both rows read and written, float64) plus 20 scalar FLOPs; n FLOPs to finish
+    steps, rest = divmod(stats.phases["bdsqr"].bytes, 4 * row * 8)
+    assert rest == 0 and (steps > 0) == (k > 1)  # a bidiagonal with k > 1 needs a sweep
+    assert stats.phases["bdsqr"].flops == steps * (20 + 6 * row) + k
     assert stats.phases["lapack"].seconds == 0.0
 
 

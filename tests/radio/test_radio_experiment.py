@@ -5,10 +5,13 @@ from __future__ import annotations
 import csv
 import json
 
+import pytest
+
 from radio.config import SemanticMuxSpec
 from radio.experiment import SCHEMES, run_semantic_mux
 
 MEASURED_OR_MODELLED = {"measured", "modelled"}
+COUNT_TOL = 1e-4  # float32 accuracy times the sample count vs the nearest whole number
 
 
 def test_run_semantic_mux_tiny(tmp_path):
@@ -30,12 +33,25 @@ def test_run_semantic_mux_tiny(tmp_path):
     assert all(isinstance(r["value"], float) and r["node"] is None for r in reported)
     with (tmp_path / "results.csv").open() as fh:
         assert len(list(csv.DictReader(fh))) == len(rows)
-    # every scheme and K has accuracy at every SNR, and the modelled energy/latency
+    # every scheme and K has accuracy at every SNR, and the modelled energy/latency.
+    # quick mode evaluates each task on quick_eval_samples samples and one channel draw,
+    # so an accuracy is a whole number of correct answers out of that many
+    evaluated = spec.quick_eval_samples
+    ev = doc["meta"]["eval"]
+    assert (ev["samples_per_task"], ev["channel_draws"]) == (evaluated, 1)
     for k in (2, 4):
         for sc in SCHEMES:
             acc = [r for r in rows if r["name"] == "accuracy" and r["scheme"] == sc
                    and r["num_tasks"] == k]
-            assert len(acc) == k * 2 and all(0.0 <= r["value"] <= 1.0 for r in acc)
+            assert len(acc) == k * 2
+            for r in acc:
+                correct = r["value"] * evaluated
+                assert abs(correct - round(correct)) < COUNT_TOL, (r, correct)
+            for snr in spec.snr_db_list:  # the mean row is the mean of the task rows
+                tasks = [r["value"] for r in acc if r["snr_db"] == snr]
+                mean = [r["value"] for r in rows if r["name"] == "mean_accuracy"
+                        and r["scheme"] == sc and r["num_tasks"] == k and r["snr_db"] == snr]
+                assert mean == [pytest.approx(sum(tasks) / k)]
             energy = [r for r in rows if r["name"] == "energy_j" and r["scheme"] == sc
                       and r["num_tasks"] == k]
             assert energy[0]["kind"] == "modelled" and energy[0]["value"] > 0
@@ -43,5 +59,5 @@ def test_run_semantic_mux_tiny(tmp_path):
     assert uses[("semantic_mux", 2)] == uses[("semantic_mux", 4)] == spec.mux_channel_uses
     assert uses[("orthogonal", 4)] == spec.orthogonal_channel_uses_per_task
     assert doc["meta"]["energy_model"]["kind"] == "modelled"
-    assert progress[-1][1] == 1.0
-    assert all(0.0 <= f <= 1.0 for _, f in progress)
+    fractions = [f for _, f in progress]  # from 0 to 1, never going back
+    assert fractions[0] == 0.0 and fractions[-1] == 1.0 and fractions == sorted(fractions)

@@ -1,4 +1,4 @@
-"""Device emulation on a node: compute stretched to the profile, live fault controls.
+"""Device emulation on a node (compute stretched to its profile) and its live fault controls.
 
 A node's compute runs at this host's speed; :func:`stretch` then waits so that the
 node's wall time equals the emulated device time ``real / speed_factor * slowdown``

@@ -17,8 +17,8 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
 
 from nodes.fl import task
-from nodes.fl.config import STRATEGIES
 from nodes.fl.recording import recording
+from nodes.fl.strategies import STRATEGIES, constructor_args
 from nodes.fl.telemetry import Telemetry
 
 app = ServerApp()
@@ -70,7 +70,6 @@ def tolerate_superlink_restarts(
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Run ``rounds`` rounds of the configured strategy and record everything."""
-    import flwr.serverapp.strategy as fs
     import torch
 
     torch.set_num_threads(1)
@@ -91,13 +90,10 @@ def main(grid: Grid, context: Context) -> None:
         time.sleep(0.2)
     tel.event("fleet_connected", connected=len(list(grid.get_node_ids())), expected=n)
 
-    cls = recording(getattr(fs, STRATEGIES[spec.strategy.name]))
-    params = {
-        "min_available_nodes": min(spec.min_participants, n),
-        "min_train_nodes": min(spec.min_participants, n),
-        "min_evaluate_nodes": min(spec.min_participants, n),
-    }
-    params.update(spec.strategy.params)
+    cls = recording(STRATEGIES[spec.strategy.name])
+    params = constructor_args(
+        spec.strategy.name, spec.strategy.params, spec.model_dump(), n
+    )
     strategy = cls(**params)
     strategy._setup_recording(tel, names, spec.rounds, spec.evaluation.federated)
     strategy.stale_policy = spec.stale_updates

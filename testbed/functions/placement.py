@@ -34,7 +34,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
+from nodes.registry import Registry
 from testbed.spec.catalog import DeviceProfile
 
 
@@ -126,27 +128,33 @@ class Placement:
 P95_FACTOR = 2.996  # ln(20): p95 / mean of an exponential response time
 
 Policy = Callable[[list[Job], list[Site], float], dict[str, Placement]]
-POLICIES: dict[str, Policy] = {}
+
+
+def _callable_policy(obj: object) -> Policy:
+    """Accept a user policy: a callable ``(jobs, sites, host_gflops) -> {function: Placement}``."""
+    if not callable(obj):
+        raise TypeError(f"must be a callable (jobs, sites, host_gflops) -> placements, got {obj!r}")
+    return cast(Policy, obj)
+
+
+#: name (or ``package.module:function``) -> placement policy.
+POLICIES: Registry[Policy] = Registry("policy", validate=_callable_policy)
 
 
 def policy(name: str) -> Callable[[Policy], Policy]:
     """Register a placement policy under ``name``."""
-
-    def deco(fn: Policy) -> Policy:
-        POLICIES[name] = fn
-        return fn
-
-    return deco
+    return POLICIES.register(name)
 
 
-def place(policy_name: str, jobs: list[Job], sites: list[Site], host_gflops: float):
+def place(
+    policy_name: str, jobs: list[Job], sites: list[Site], host_gflops: float
+) -> dict[str, Placement]:
     """Run the policy ``policy_name``; returns ``{function: Placement}``."""
-    if policy_name not in POLICIES:
-        raise ValueError(
-            f"workload.functions.policy: unknown policy {policy_name!r}; "
-            f"choose one of {sorted(POLICIES)}"
-        )
-    return POLICIES[policy_name](jobs, sites, host_gflops)
+    try:
+        fn = POLICIES[policy_name]
+    except ValueError as exc:
+        raise ValueError(f"workload.functions.policy: {exc}") from None
+    return fn(jobs, sites, host_gflops)
 
 
 def _estimates(job: Job, sites: list[Site], g: float) -> dict[str, dict[str, float | None]]:

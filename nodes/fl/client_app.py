@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 app = ClientApp()
 
+#: What a MetricRecord holds.
+Metrics = dict[str, int | float | list[int] | list[float]]
+
 
 def _setup(msg: Message, context: Context) -> tuple[FLSpec, int, int, task.Splits, torch.nn.Module]:
     import torch
@@ -37,11 +40,11 @@ def _setup(msg: Message, context: Context) -> tuple[FLSpec, int, int, task.Split
     n = int(context.node_config["num-partitions"])
     splits = task.get_splits(spec, seed, n)
     model = task.make_model(spec, splits)
-    model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    model.load_state_dict(msg.content.array_records["arrays"].to_torch_state_dict())
     return spec, seed, pid, splits, model
 
 
-def _evaluation(loss: float, acc: float, examples: int) -> dict[str, float]:
+def _evaluation(loss: float, acc: float, examples: int) -> Metrics:
     """Metrics of one evaluation of the received global model on the local test split."""
     return {"eval-loss": loss, "eval-acc": acc, "eval-examples": float(examples)}
 
@@ -50,25 +53,26 @@ def _evaluation(loss: float, acc: float, examples: int) -> dict[str, float]:
 def train(msg: Message, context: Context) -> Message:
     """Optionally evaluate the received global model (piggyback), then train locally."""
     spec, seed, pid, splits, model = _setup(msg, context)
-    config = msg.content["config"]
-    server_round = int(config["server-round"])
-    metrics: dict[str, float] = {"partition-id": pid}
+    config = msg.content.config_records["config"]
+    server_round = int(str(config["server-round"]))
+    metrics: Metrics = {"partition-id": pid}
     if spec.evaluation.federated == "piggyback" and server_round > 1:
         test = splits.silo_test[pid]
         metrics.update(_evaluation(*task.evaluate(model, test), len(test)))
         metrics["eval-round"] = server_round - 1
-    control = read_control(context.node_config.get("control-path")).active(server_round)
+    control_path = context.node_config.get("control-path")
+    control = read_control(str(control_path) if control_path else None).active(server_round)
     data: Dataset = splits.silo_train[pid]
     lr = spec.lr * control.factor if control.misconfig == "lr" else spec.lr
     if control.misconfig == "label-flip":
         data = task.flip_labels(data, seed)
     if config.get(REPORT_GLOBAL_LOSS):  # q-FedAvg: F_k(w^t) before local training
         metrics[GLOBAL_LOSS] = task.evaluate(model, data)[0]
-    mu = float(config.get(PROXIMAL_MU, 0.0))
+    mu = float(str(config.get(PROXIMAL_MU, 0.0)))
     t0 = time.perf_counter()
     train_loss = task.train(model, data, spec, seed * 1000 + server_round, lr=lr, proximal_mu=mu)
     real_s = time.perf_counter() - t0
-    stretch(real_s, float(context.node_config.get("speed-factor", 1.0)), control.slowdown)
+    stretch(real_s, float(str(context.node_config.get("speed-factor", 1.0))), control.slowdown)
     metrics["device-time-s"] = time.perf_counter() - t0  # measured: compute + emulated wait
     metrics["train-duration-s"] = real_s
     metrics["train-loss"] = train_loss
@@ -90,7 +94,8 @@ def _uplink(
     up = spec.uplink
     if up.compression == "tt" and context.node_config.get("tier") in up.tiers:
         # TT-Edge uplink: the encoded update, residual kept in context.state
-        return task.encode_delta(model, msg.content["arrays"], up, context.state), True
+        received = msg.content.array_records["arrays"]
+        return task.encode_delta(model, received, up, context.state), True
     return ArrayRecord(model.state_dict()), False
 
 

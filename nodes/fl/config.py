@@ -15,6 +15,9 @@ from nodes.data.partition import PARTITIONERS
 from nodes.fl.strategies import STRATEGIES, check_params
 from nodes.models import MODELS
 
+Tier = Literal["edge", "fog", "cloud", "space"]
+DEFAULT_TT_TIERS: tuple[Tier, ...] = ("edge", "fog", "space")
+
 
 class Frozen(BaseModel):
     """Base for spec models: immutable, unknown keys are errors."""
@@ -47,6 +50,7 @@ class DatasetSpec(Frozen):
 
     def loader_params(self, seed: int) -> tuple[tuple[str, object], ...]:
         """Keyword arguments of the registered loader, hashable (for caching)."""
+        p: dict[str, object]
         if self.name == "synthetic":
             p = {
                 "num_samples": self.num_samples,
@@ -140,9 +144,7 @@ class UplinkSpec(Frozen):
     wire_dtype: Literal["float32", "float16"] = Field(
         "float32", description="float arrays of the encoded update are sent in this dtype"
     )
-    tiers: list[Literal["edge", "fog", "cloud", "space"]] = Field(
-        default_factory=lambda: ["edge", "fog", "space"]
-    )
+    tiers: list[Tier] = Field(default_factory=lambda: list(DEFAULT_TT_TIERS))
 
 
 class FLSpec(Frozen):

@@ -14,7 +14,7 @@ from flwr.serverapp.strategy import QFedAvg as _FlwrQFedAvg
 from nodes.fl.strategies import GLOBAL_LOSS, REPORT_GLOBAL_LOSS
 
 
-class QFedAvg(_FlwrQFedAvg):  # type: ignore[misc]  # flwr ships no type information
+class QFedAvg(_FlwrQFedAvg):
     """q-FedAvg (Li et al., "Fair Resource Allocation in Federated Learning", ICLR 2020).
 
     The paper weighs client k's update by ``F_k(w^t)^q``, the loss of the *received*

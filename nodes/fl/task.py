@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from nodes.fl.config import FLSpec, UplinkSpec
 
 if TYPE_CHECKING:
     import torch
-    from flwr.app import ArrayRecord
+    from flwr.app import ArrayRecord, RecordDict
 
 
 @dataclass(frozen=True)
@@ -178,9 +178,9 @@ def weighted_average(records: list[ArrayRecord], weights: list[float]) -> ArrayR
     keys = list(records[0].keys())
     out: OrderedDict[str, Array] = OrderedDict()
     for k in keys:
-        acc = sum(
-            r[k].numpy().astype(np.float64) * w for r, w in zip(records, weights, strict=True)
-        )
+        acc = np.zeros(records[0][k].numpy().shape, dtype=np.float64)
+        for r, w in zip(records, weights, strict=True):
+            acc += r[k].numpy().astype(np.float64) * w
         out[k] = Array(np.ascontiguousarray((acc / total).astype(records[0][k].numpy().dtype)))
     return ArrayRecord(out)
 
@@ -209,7 +209,7 @@ def encode_delta(
     model: torch.nn.Module,
     received: ArrayRecord,
     uplink: UplinkSpec,
-    state: MutableMapping[str, Any] | None = None,
+    state: RecordDict | None = None,
 ) -> ArrayRecord:
     """TT-encode ``model``'s update against the ``received`` global ArrayRecord.
 
@@ -224,14 +224,13 @@ def encode_delta(
 
     glob = {k: v.numpy() for k, v in received.items()}
     delta = {k: v.detach().cpu().numpy() - glob[k] for k, v in model.state_dict().items()}
-    feedback = uplink.error_feedback and state is not None
-    if feedback and "tt-residual" in state:
-        res = state["tt-residual"]
+    if uplink.error_feedback and state is not None and "tt-residual" in state:
+        res = state.array_records["tt-residual"]
         delta = {k: d + res[k].numpy() if k in res else d for k, d in delta.items()}
     enc = encode_update(delta, uplink.eps, uplink.max_rank, uplink.min_numel)
     if uplink.wire_dtype == "float16":  # halve the bytes of cores and raw float tensors
         enc = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in enc.items()}
-    if feedback:
+    if uplink.error_feedback and state is not None:
         dec = decode_update(_widen(enc))
         state["tt-residual"] = ArrayRecord(
             {k: Array(np.ascontiguousarray(delta[k] - dec[k])) for k in delta}

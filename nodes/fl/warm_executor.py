@@ -18,6 +18,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flwr.clientapp.client_app import ClientApp
+    from flwr.supercore.fab import Fab
+    from flwr.supercore.run import Run
+    from flwr.supercore.runtime import RuntimeHttpClient
 
 log = logging.getLogger("testbed.warm_executor")
 
@@ -45,10 +52,10 @@ class WarmExecutor:
         self.poll_interval_s = poll_interval_s
         self.on_task = on_task
         self.stop_event = threading.Event()
-        self._apps: dict[str, object] = {}
+        self._apps: dict[str, ClientApp] = {}
         self.tasks_run = 0
 
-    def _client(self, interceptors: list):
+    def _client(self, interceptors: list[Any]) -> RuntimeHttpClient:
         from flwr.supercore.retry import make_simple_http_retry_invoker
         from flwr.supercore.runtime import RuntimeHttpClient
 
@@ -91,7 +98,7 @@ class WarmExecutor:
         """Ask :meth:`serve` to return after the current task."""
         self.stop_event.set()
 
-    def _load(self, run, fab):
+    def _load(self, run: Run, fab: Fab) -> ClientApp:
         """Install the FAB and load its ClientApp once per FAB hash."""
         from flwr.cli.install import install_from_fab
         from flwr.clientapp.utils import get_load_client_app_fn

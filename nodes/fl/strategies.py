@@ -13,8 +13,8 @@ name            server (Flower class)                client (``nodes/fl/task.py`
 fedavg          weighted mean (McMahan 2017)          local SGD/Adam
 fedprox         FedAvg; sends ``proximal-mu``         adds (mu/2)||w - w_global||^2
 fedadam,        server Adam/Adagrad/Yogi on the       local SGD at ``workload.fl.lr``
-fedadagrad,     pseudo-gradient (Reddi 2021);         (= the paper's eta_l, filled
-fedyogi         ``eta_l`` is filled from ``lr``       in by the ServerApp)
+fedadagrad,     pseudo-gradient (Reddi 2021, no       (= the paper's eta_l, filled
+fedyogi         bias correction: testbed FedAdam)     in by the ServerApp)
 fedavgm         server momentum (Hsu 2019)            local SGD
 fedmedian       coordinate-wise median (Yin 2018)     local SGD
 fedtrimmedavg   coordinate-wise trimmed mean          local SGD
@@ -59,7 +59,6 @@ STRATEGIES: Registry[type] = Registry("strategy", validate=_strategy_class)
 for _name, _cls in {
     "fedavg": "FedAvg",
     "fedprox": "FedProx",
-    "fedadam": "FedAdam",
     "fedadagrad": "FedAdagrad",
     "fedyogi": "FedYogi",
     "fedavgm": "FedAvgM",
@@ -71,6 +70,7 @@ for _name, _cls in {
 }.items():
     STRATEGIES.add_path(_name, f"{_FLWR}:{_cls}")
 STRATEGIES.add_path("qfedavg", "nodes.fl.paper_strategies:QFedAvg")
+STRATEGIES.add_path("fedadam", "nodes.fl.paper_strategies:FedAdam")
 
 #: Constructor parameters the ServerApp fills from ``workload.fl`` (clients use them).
 FROM_FL_SPEC: dict[str, str] = {

@@ -19,8 +19,8 @@ from nodes.emulation import NodeControl, write_control
 from nodes.fl import task
 from nodes.fl.config import FLSpec, StrategySpec
 from nodes.fl.recording import RecordingStrategy
-from nodes.fl.telemetry import Telemetry
 from nodes.fl.strategies import GLOBAL_LOSS, STRATEGIES, constructor_args
+from nodes.fl.telemetry import Telemetry
 
 Model = dict[str, np.ndarray]
 
@@ -178,21 +178,24 @@ def test_fedtrimmedavg_drops_the_extremes_per_coordinate() -> None:
 
 
 @pytest.fixture(scope="module")
-def byzantine(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict[str, str]]:
+def byzantine(tmp_path_factory: pytest.TempPathFactory) -> Config:
     """Node config making silo 0 send its update plus Gaussian noise of std 1."""
     path = tmp_path_factory.mktemp("byz") / "control.json"
     write_control(path, NodeControl(misconfig="noise", factor=1.0))
     return {0: {"control-path": str(path)}}
 
 
-def _with(name: str, n: int, node_config: dict[int, dict[str, str]], **params: object) -> Federation:
+Config = dict[int, dict[str, str]]
+
+
+def _with(name: str, n: int, node_config: Config, **params: object) -> Federation:
     # the recording wrapper, as in the ServerApp: it lets replies with extra keys through
     names = [f"silo-{i}" for i in range(n)]
     strategy = RecordingStrategy(build(name, n=n, **params), Telemetry(None), names, 2, "separate")
     return run_federation(strategy, SPEC, num_nodes=n, node_config=node_config)  # type: ignore[arg-type]
 
 
-def test_krum_picks_the_update_nearest_its_neighbours(byzantine: dict[int, dict[str, str]]) -> None:
+def test_krum_picks_the_update_nearest_its_neighbours(byzantine: Config) -> None:
     n, f = 5, 1
     fed = _with("krum", n, byzantine, num_malicious_nodes=f)
     models = [r.weights for r in fed.train_replies(1)]
@@ -205,7 +208,7 @@ def test_krum_picks_the_update_nearest_its_neighbours(byzantine: dict[int, dict[
     assert pids[best] != 0  # never the noisy silo
 
 
-def test_multikrum_averages_the_selected_updates(byzantine: dict[int, dict[str, str]]) -> None:
+def test_multikrum_averages_the_selected_updates(byzantine: Config) -> None:
     fed = _with("multikrum", 5, byzantine, num_malicious_nodes=1, num_nodes_to_select=3)
     replies = fed.train_replies(1)
     noisy = [r.pid for r in replies].index(0)
@@ -214,7 +217,7 @@ def test_multikrum_averages_the_selected_updates(byzantine: dict[int, dict[str, 
     assert d_noisy > 10 * max(distance(fed.globals[1], r.weights) for r in honest)
 
 
-def test_bulyan_resists_a_byzantine_silo(byzantine: dict[int, dict[str, str]]) -> None:
+def test_bulyan_resists_a_byzantine_silo(byzantine: Config) -> None:
     n = 7
     byz = _with("bulyan", n, byzantine, num_malicious_nodes=1)
     plain = _with("fedavg", n, byzantine)

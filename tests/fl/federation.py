@@ -113,6 +113,10 @@ class LoopbackGrid(Grid):
         """The replies to ``message_ids`` (each handed out once)."""
         return [self._replies.pop(i) for i in message_ids if i in self._replies]
 
+    def withhold(self, reply: Message) -> None:
+        """Leave ``reply`` at the SuperLink: it missed its round and is pulled later."""
+        self._replies[reply.metadata.reply_to_message_id] = reply
+
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
     ) -> Iterable[Message]:

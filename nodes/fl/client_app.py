@@ -31,9 +31,8 @@ Metrics = dict[str, int | float | list[int] | list[float]]
 
 
 def _setup(msg: Message, context: Context) -> tuple[FLSpec, int, int, task.Splits, torch.nn.Module]:
-    import torch
 
-    torch.set_num_threads(1)
+    task.deterministic_torch()
     spec = task.parse_spec(str(context.run_config["fl-spec"]))
     seed = int(context.run_config["seed"])
     pid = int(context.node_config["partition-id"])

@@ -121,6 +121,8 @@ class RecordingStrategy(Strategy):
             self.telemetry.metric("stale_accepted", len(stale), server_round)
             replies = replies + stale
         _common_metric_keys(replies)
+        # a fixed order (by node name), so that float sums do not depend on arrival order
+        replies.sort(key=lambda m: (self.nodes.name(_node_of(m, dst_of)), m.has_error()))
         arrays, metrics = self.strategy.aggregate_train(server_round, replies)
         self.telemetry.metric("round_duration_s", time.time() - self._round_t0, server_round)
         if self.contribution_fn is not None and arrays is not None:

@@ -80,7 +80,7 @@ def main(grid: Grid, context: Context) -> None:
     """Run ``rounds`` rounds of the configured strategy and record everything."""
     import torch
 
-    torch.set_num_threads(1)
+    task.deterministic_torch()
     rc = context.run_config
     spec = task.parse_spec(str(rc["fl-spec"]))
     seed = int(str(rc["seed"]))

@@ -64,6 +64,14 @@ def _splits(spec_json: str, seed: int, num_partitions: int) -> Splits:
     return Splits(server_test, tuple(trains), tuple(tests))
 
 
+def deterministic_torch() -> None:
+    """One thread and deterministic kernels: the same seed gives the same numbers."""
+    import torch
+
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
 def get_splits(spec: FLSpec, seed: int, num_partitions: int) -> Splits:
     """Deterministic splits for ``seed`` (cached per process: warm nodes load once)."""
     return _splits(spec.model_dump_json(), seed, num_partitions)

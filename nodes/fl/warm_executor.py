@@ -55,16 +55,29 @@ class WarmExecutor:
         self._apps: dict[str, ClientApp] = {}
         self.tasks_run = 0
 
-    def _client(self, interceptors: list[Any]) -> RuntimeHttpClient:
+    def _client(self, interceptors: list[Any], stoppable: bool = False) -> RuntimeHttpClient:
+        """A Runtime API client with Flower's retries; a ``stoppable`` one (the polling
+        client) gives up and stops waiting between retries once :meth:`stop` is called."""
         from flwr.supercore.retry import make_simple_http_retry_invoker
         from flwr.supercore.runtime import RuntimeHttpClient
 
+        invoker = make_simple_http_retry_invoker()
+        if stoppable:
+            giveup = invoker.should_giveup
+
+            def should_giveup(exc: Exception) -> bool:
+                return self.stop_event.is_set() or bool(giveup and giveup(exc))
+
+            def wait_function(seconds: float) -> None:  # Flower's back-off, interruptible
+                self.stop_event.wait(seconds)
+
+            invoker.should_giveup, invoker.wait_function = should_giveup, wait_function
         return RuntimeHttpClient.from_server_address(
             server_address=self.address,
             insecure=True,
             root_certificates=None,
             interceptors=interceptors,
-            retry_invoker=make_simple_http_retry_invoker(),
+            retry_invoker=invoker,
         )
 
     def serve(self) -> None:
@@ -73,7 +86,9 @@ class WarmExecutor:
         from flwr.supercore.constant import TaskType
         from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
 
-        client = self._client([RuntimeVersionHttpInterceptor(component_name="SuperExec")])
+        client = self._client(
+            [RuntimeVersionHttpInterceptor(component_name="SuperExec")], stoppable=True
+        )
         req = AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP.value])
         try:
             while not self.stop_event.is_set():

@@ -18,7 +18,9 @@ register_partitioner = PARTITIONERS.register
 
 
 @register_partitioner("iid")
-def iid(y: np.ndarray, num_partitions: int, rng: np.random.Generator, **_: object) -> list:
+def iid(
+    y: np.ndarray, num_partitions: int, rng: np.random.Generator, **_: object
+) -> list[np.ndarray]:
     """Uniformly random, equal-sized silos."""
     return [np.sort(p) for p in np.array_split(rng.permutation(len(y)), num_partitions)]
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -50,6 +50,24 @@ def import_dotted(path: str) -> object:
             raise ValueError(f"module {module_name!r} has no attribute {attr!r} ({path!r})")
         obj = getattr(obj, part)
     return obj
+
+
+def callable_hook(signature: str) -> Callable[[object], Any]:
+    """A validator accepting any callable (a function or class) as a user hook.
+
+    Parameters
+    ----------
+    signature : str
+        What the hook is called with, for the error message, e.g.
+        ``"(y, num_partitions, rng, **params) -> list of index arrays"``.
+    """
+
+    def validate(obj: object) -> Any:
+        if not callable(obj):
+            raise TypeError(f"must be a callable {signature}, got {obj!r}")
+        return obj
+
+    return validate
 
 
 class Registry(Generic[T]):

@@ -8,9 +8,9 @@ first built; a user task is any ``package.module:builder`` with the signature
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-from nodes.registry import Registry
+from nodes.registry import Registry, callable_hook
 
 if TYPE_CHECKING:
     from radio.tasks import TaskData
@@ -32,14 +32,9 @@ DIGITS_TASKS: tuple[str, ...] = (
 FILE_TASKS: tuple[str, ...] = ("cifar10", "text_sentiment")
 
 
-def _task_builder(obj: object) -> TaskBuilder:
-    """Accept a task builder: a callable ``(seed, cifar10_dir, text_csv_path) -> TaskData``."""
-    if not callable(obj):
-        raise TypeError(f"must be a callable (seed, cifar10_dir, text_csv_path), got {obj!r}")
-    return cast(TaskBuilder, obj)
-
-
 #: name (or ``package.module:builder``) -> builder(seed, cifar10_dir, text_csv_path)
-TASK_BUILDERS: Registry[TaskBuilder] = Registry("radio task", validate=_task_builder)
+TASK_BUILDERS: Registry[TaskBuilder] = Registry(
+    "radio task", validate=callable_hook("(seed, cifar10_dir, text_csv_path) -> TaskData")
+)
 for _name in DIGITS_TASKS + FILE_TASKS:
     TASK_BUILDERS.add_path(_name, f"radio.tasks:BUILTIN.{_name}")

@@ -105,3 +105,17 @@ def test_radio_task_by_dotted_path_validates() -> None:
     assert len(TASK_BUILDERS.names()) == 10
     with pytest.raises(ValueError, match=rf"tasks: radio task '{FORTY_TWO}'"):
         SemanticMuxSpec(tasks=("digit", FORTY_TWO))
+
+
+def test_partitioner_by_dotted_path_splits_the_data() -> None:
+    import numpy as np
+
+    from nodes.fl import task
+    from nodes.fl.config import FLSpec
+
+    spec = FLSpec.model_validate({"partitioner": {"name": "tests.fl.custom_hooks:label_blocks"}})
+    splits = task.get_splits(spec, 0, 5)
+    first, last = splits.silo_train[0].y, splits.silo_train[-1].y
+    assert np.max(first) < np.min(last)  # label blocks: silo 1 holds the low digits only
+    with pytest.raises(ValueError, match=r"partitioner '.*NOT_A_STRATEGY': must be a callable"):
+        FLSpec.model_validate({"partitioner": {"name": FORTY_TWO}})

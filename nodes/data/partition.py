@@ -10,10 +10,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nodes.registry import Registry
+from nodes.registry import Registry, callable_hook
 
 Partitioner = Callable[..., list[np.ndarray]]
-PARTITIONERS: Registry[Partitioner] = Registry("partitioner")
+PARTITIONERS: Registry[Partitioner] = Registry(
+    "partitioner",
+    validate=callable_hook("(y, num_partitions, rng, **params) -> list of index arrays"),
+)
 register_partitioner = PARTITIONERS.register
 
 

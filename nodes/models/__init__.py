@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from nodes.registry import Registry
+from nodes.registry import Registry, callable_hook
 
 if TYPE_CHECKING:
     import torch
 
 # factories ``fn(input_shape, num_classes, **params) -> nn.Module``
-MODELS: Registry[Callable[..., Any]] = Registry("model")
+MODELS: Registry[Callable[..., Any]] = Registry(
+    "model", validate=callable_hook("(input_shape, num_classes, **params) -> torch.nn.Module")
+)
 register_model = MODELS.register
 
 

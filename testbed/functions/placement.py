@@ -34,9 +34,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import cast
 
-from nodes.registry import Registry
+from nodes.registry import Registry, callable_hook
 from testbed.spec.catalog import DeviceProfile
 
 
@@ -130,15 +129,10 @@ P95_FACTOR = 2.996  # ln(20): p95 / mean of an exponential response time
 Policy = Callable[[list[Job], list[Site], float], dict[str, Placement]]
 
 
-def _callable_policy(obj: object) -> Policy:
-    """Accept a user policy: a callable ``(jobs, sites, host_gflops) -> {function: Placement}``."""
-    if not callable(obj):
-        raise TypeError(f"must be a callable (jobs, sites, host_gflops) -> placements, got {obj!r}")
-    return cast(Policy, obj)
-
-
 #: name (or ``package.module:function``) -> placement policy.
-POLICIES: Registry[Policy] = Registry("policy", validate=_callable_policy)
+POLICIES: Registry[Policy] = Registry(
+    "policy", validate=callable_hook("(jobs, sites, host_gflops) -> {function: Placement}")
+)
 
 
 def policy(name: str) -> Callable[[Policy], Policy]:

@@ -52,3 +52,11 @@ def first_node(jobs: list[Job], sites: list[Site], host_gflops: float) -> dict[s
 
 
 NOT_A_STRATEGY = 42
+
+
+def label_blocks(
+    y: np.ndarray, num_partitions: int, rng: np.random.Generator, **_: object
+) -> list[np.ndarray]:
+    """A partitioner: samples sorted by label, cut into contiguous blocks (extreme skew)."""
+    order = np.argsort(y, kind="stable")
+    return [np.sort(b) for b in np.array_split(order, num_partitions)]

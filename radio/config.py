@@ -20,28 +20,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from radio.task_registry import DIGITS_TASKS, TASK_BUILDERS
+
 __all__ = [
     "DIGITS_TASKS",
-    "KNOWN_TASKS",
     "EnergyModelSpec",
     "BitBaselineSpec",
     "SemanticMuxSpec",
 ]
-
-#: Tasks defined on scikit-learn's built-in 8x8 digits (no download); see radio/tasks.py.
-DIGITS_TASKS: tuple[str, ...] = (
-    "digit",
-    "parity",
-    "magnitude",
-    "prime",
-    "ink",
-    "mod3",
-    "loop",
-    "top_heavy",
-)
-#: Tasks that need user-provided local files.
-FILE_TASKS: tuple[str, ...] = ("cifar10", "text_sentiment")
-KNOWN_TASKS: tuple[str, ...] = DIGITS_TASKS + FILE_TASKS
 
 #: 3GPP NR numerologies (TS 38.211 4.2): subcarrier spacing in Hz.
 NR_SUBCARRIER_SPACINGS_HZ: tuple[float, ...] = (15e3, 30e3, 60e3, 120e3, 240e3)
@@ -177,9 +163,11 @@ class SemanticMuxSpec(BaseModel):
     @field_validator("tasks")
     @classmethod
     def _check_tasks(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = [t for t in v if t not in KNOWN_TASKS]
-        if unknown:
-            raise ValueError(f"tasks: unknown task(s) {unknown}; allowed: {list(KNOWN_TASKS)}")
+        for t in v:  # a registered name or a user builder's package.module:function
+            try:
+                TASK_BUILDERS.check(t)
+            except ValueError as exc:
+                raise ValueError(f"tasks: {exc}") from None
         if len(set(v)) != len(v):
             raise ValueError(f"tasks: each task may appear once, got {list(v)}")
         if not v:

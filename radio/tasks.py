@@ -28,11 +28,17 @@ import csv
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
+from radio.task_registry import DIGITS_TASKS, FILE_TASKS, TASK_BUILDERS
+
 __all__ = [
+    "DIGITS_TASKS",
+    "FILE_TASKS",
     "TaskData",
     "TASK_BUILDERS",
     "build_task",
@@ -97,6 +103,10 @@ _DIGIT_LABELS: dict[str, tuple[int, Callable[[np.ndarray], np.ndarray]]] = {
     "mod3": (3, lambda y: y % 3),
     "loop": (2, lambda y: np.isin(y, [0, 4, 6, 8, 9]).astype(np.int64)),
 }
+
+
+def _digits_builder(name: str, seed: int, _cifar: str | None, _text: str | None) -> TaskData:
+    return _digits_task(name, seed)
 
 
 def _digits_task(name: str, seed: int) -> TaskData:
@@ -213,21 +223,17 @@ def _text_task(path: str | Path, seed: int) -> TaskData:
     return TaskData("text_sentiment", c, x[tr], y[tr], x[te], y[te])
 
 
-#: name -> builder(seed, cifar10_dir, text_csv_path)
-TASK_BUILDERS: dict[str, Callable[[int, str | None, str | None], TaskData]] = {
-    **{
-        n: (lambda seed, _c, _t, n=n: _digits_task(n, seed))
-        for n in ("digit", "parity", "magnitude", "prime", "ink", "mod3", "loop", "top_heavy")
-    },
-    "cifar10": lambda seed, c, _t: _cifar_task(c, seed),
-    "text_sentiment": lambda seed, _c, t: _text_task(t, seed),
-}
+#: The built-in builders ``(seed, cifar10_dir, text_csv_path) -> TaskData``, by name;
+#: registered in ``radio/task_registry.py`` as ``radio.tasks:BUILTIN.<name>``.
+BUILTIN = SimpleNamespace(
+    **{n: partial(_digits_builder, n) for n in DIGITS_TASKS},
+    cifar10=lambda seed, c, _t: _cifar_task(c, seed),
+    text_sentiment=lambda seed, _c, t: _text_task(t, seed),
+)
 
 
 def build_task(
     name: str, seed: int = 0, cifar10_dir: str | None = None, text_csv_path: str | None = None
 ) -> TaskData:
     """Build a registered task by name (see :data:`TASK_BUILDERS`)."""
-    if name not in TASK_BUILDERS:
-        raise ValueError(f"unknown task {name!r}; registered: {sorted(TASK_BUILDERS)}")
     return TASK_BUILDERS[name](seed, cifar10_dir, text_csv_path)

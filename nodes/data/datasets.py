@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nodes.registry import Registry
+from nodes.registry import Registry, callable_hook
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,9 @@ class Dataset:
 
 
 DatasetLoader = Callable[..., Dataset]
-DATASETS: Registry[DatasetLoader] = Registry("dataset")
+DATASETS: Registry[DatasetLoader] = Registry(
+    "dataset", validate=callable_hook("(**loader_params) -> Dataset")
+)
 register_dataset = DATASETS.register
 
 

@@ -10,15 +10,20 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nodes.registry import Registry
+from nodes.registry import Registry, callable_hook
 
 Partitioner = Callable[..., list[np.ndarray]]
-PARTITIONERS: Registry[Partitioner] = Registry("partitioner")
+PARTITIONERS: Registry[Partitioner] = Registry(
+    "partitioner",
+    validate=callable_hook("(y, num_partitions, rng, **params) -> list of index arrays"),
+)
 register_partitioner = PARTITIONERS.register
 
 
 @register_partitioner("iid")
-def iid(y: np.ndarray, num_partitions: int, rng: np.random.Generator, **_: object) -> list:
+def iid(
+    y: np.ndarray, num_partitions: int, rng: np.random.Generator, **_: object
+) -> list[np.ndarray]:
     """Uniformly random, equal-sized silos."""
     return [np.sort(p) for p in np.array_split(rng.permutation(len(y)), num_partitions)]
 

@@ -2,55 +2,76 @@
 
 Node identity comes from the SuperNode's node config (``partition-id``,
 ``num-partitions``, ``node-name``); experiment settings from the run config
-(``fl-spec`` JSON, ``seed``).
+(``fl-spec`` JSON, ``seed``). What a strategy asks of the client arrives in the train
+message's config: ``proximal-mu`` (FedProx) and ``report-global-loss`` (q-FedAvg).
 """
 
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from nodes.device_control import read_control, stretch
 from nodes.fl import task
+from nodes.fl.strategies import GLOBAL_LOSS, PROXIMAL_MU, REPORT_GLOBAL_LOSS
+
+if TYPE_CHECKING:
+    import torch
+
+    from nodes.data.datasets import Dataset
+    from nodes.fl.config import FLSpec
 
 app = ClientApp()
 
+#: What a MetricRecord holds.
+Metrics = dict[str, int | float | list[int] | list[float]]
 
-def _setup(msg: Message, context: Context):
-    import torch
 
-    torch.set_num_threads(1)
+def _setup(msg: Message, context: Context) -> tuple[FLSpec, int, int, task.Splits, torch.nn.Module]:
+
+    task.deterministic_torch()
     spec = task.parse_spec(str(context.run_config["fl-spec"]))
     seed = int(context.run_config["seed"])
     pid = int(context.node_config["partition-id"])
     n = int(context.node_config["num-partitions"])
     splits = task.get_splits(spec, seed, n)
     model = task.make_model(spec, splits)
-    model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    model.load_state_dict(msg.content.array_records["arrays"].to_torch_state_dict())
     return spec, seed, pid, splits, model
+
+
+def _evaluation(loss: float, acc: float, examples: int) -> Metrics:
+    """Metrics of one evaluation of the received global model on the local test split."""
+    return {"eval-loss": loss, "eval-acc": acc, "eval-examples": float(examples)}
 
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """Optionally evaluate the received global model (piggyback), then train locally."""
     spec, seed, pid, splits, model = _setup(msg, context)
-    server_round = int(msg.content["config"]["server-round"])
-    metrics: dict[str, float] = {"partition-id": pid}
+    config = msg.content.config_records["config"]
+    server_round = int(str(config["server-round"]))
+    metrics: Metrics = {"partition-id": pid}
     if spec.evaluation.federated == "piggyback" and server_round > 1:
-        loss, acc = task.evaluate(model, splits.silo_test[pid])
-        metrics.update({"eval-loss": loss, "eval-acc": acc, "eval-round": server_round - 1})
-        metrics["eval-examples"] = len(splits.silo_test[pid])
-    control = read_control(context.node_config.get("control-path")).active(server_round)
-    data = splits.silo_train[pid]
+        test = splits.silo_test[pid]
+        metrics.update(_evaluation(*task.evaluate(model, test), len(test)))
+        metrics["eval-round"] = server_round - 1
+    control_path = context.node_config.get("control-path")
+    control = read_control(str(control_path) if control_path else None).active(server_round)
+    data: Dataset = splits.silo_train[pid]
     lr = spec.lr * control.factor if control.misconfig == "lr" else spec.lr
     if control.misconfig == "label-flip":
         data = task.flip_labels(data, seed)
+    if config.get(REPORT_GLOBAL_LOSS):  # q-FedAvg: F_k(w^t) before local training
+        metrics[GLOBAL_LOSS] = task.evaluate(model, data)[0]
+    mu = float(str(config.get(PROXIMAL_MU, 0.0)))
     t0 = time.perf_counter()
-    train_loss = task.train(model, data, spec, seed * 1000 + server_round, lr=lr)
+    train_loss = task.train(model, data, spec, seed * 1000 + server_round, lr=lr, proximal_mu=mu)
     real_s = time.perf_counter() - t0
-    stretch(real_s, float(context.node_config.get("speed-factor", 1.0)), control.slowdown)
+    stretch(real_s, float(str(context.node_config.get("speed-factor", 1.0))), control.slowdown)
     metrics["device-time-s"] = time.perf_counter() - t0  # measured: compute + emulated wait
     metrics["train-duration-s"] = real_s
     metrics["train-loss"] = train_loss
@@ -58,26 +79,34 @@ def train(msg: Message, context: Context) -> Message:
         task.corrupt(model, control.misconfig, control.factor, seed + server_round)
         metrics["corrupted"] = 1
     metrics["num-examples"] = len(splits.silo_train[pid])
-    up = spec.uplink
-    if up.compression == "tt" and context.node_config.get("tier") in up.tiers:
-        # TT-Edge uplink: the encoded update, residual kept in context.state
-        arrays = task.encode_delta(model, msg.content["arrays"], up, context.state)
+    arrays, compressed = _uplink(spec, model, msg, context)
+    if compressed:
         metrics["tt-compressed"] = 1
-    else:
-        arrays = ArrayRecord(model.state_dict())
     content = RecordDict({"arrays": arrays, "metrics": MetricRecord(metrics)})
     return Message(content=content, reply_to=msg)
 
 
+def _uplink(
+    spec: FLSpec, model: torch.nn.Module, msg: Message, context: Context
+) -> tuple[ArrayRecord, bool]:
+    """The arrays sent back and whether they are a TT-encoded update (else the weights)."""
+    up = spec.uplink
+    if up.compression == "tt" and context.node_config.get("tier") in up.tiers:
+        # TT-Edge uplink: the encoded update, residual kept in context.state
+        received = msg.content.array_records["arrays"]
+        return task.encode_delta(model, received, up, context.state), True
+    return ArrayRecord(model.state_dict()), False
+
+
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    """Evaluate the received global model on this silo's local test split."""
+    """Evaluate the received global model on this silo's local test split.
+
+    ``num-examples`` is the number of test examples (Flower weighs evaluation replies
+    by it), as is ``eval-examples``.
+    """
     _spec, _seed, pid, splits, model = _setup(msg, context)
-    loss, acc = task.evaluate(model, splits.silo_test[pid])
-    metrics = {
-        "partition-id": pid,
-        "eval-loss": loss,
-        "eval-acc": acc,
-        "num-examples": len(splits.silo_test[pid]),
-    }
+    test = splits.silo_test[pid]
+    metrics = _evaluation(*task.evaluate(model, test), len(test))
+    metrics.update({"partition-id": pid, "num-examples": len(test)})
     return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)

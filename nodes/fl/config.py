@@ -6,30 +6,17 @@ The ServerApp receives these settings as JSON in the run config and re-validates
 
 from __future__ import annotations
 
-import inspect
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from nodes.data.datasets import DATASETS
 from nodes.data.partition import PARTITIONERS
+from nodes.fl.strategies import STRATEGIES, check_params
 from nodes.models import MODELS
 
-# Strategy name -> class name in flwr.serverapp.strategy (imported lazily when used).
-STRATEGIES: dict[str, str] = {
-    "fedavg": "FedAvg",
-    "fedprox": "FedProx",
-    "fedadam": "FedAdam",
-    "fedadagrad": "FedAdagrad",
-    "fedyogi": "FedYogi",
-    "fedavgm": "FedAvgM",
-    "fedmedian": "FedMedian",
-    "fedtrimmedavg": "FedTrimmedAvg",
-    "krum": "Krum",
-    "multikrum": "MultiKrum",
-    "bulyan": "Bulyan",
-    "qfedavg": "QFedAvg",
-}
+Tier = Literal["edge", "fog", "cloud", "space"]
+DEFAULT_TT_TIERS: tuple[Tier, ...] = ("edge", "fog", "space")
 
 
 class Frozen(BaseModel):
@@ -63,6 +50,7 @@ class DatasetSpec(Frozen):
 
     def loader_params(self, seed: int) -> tuple[tuple[str, object], ...]:
         """Keyword arguments of the registered loader, hashable (for caching)."""
+        p: dict[str, object]
         if self.name == "synthetic":
             p = {
                 "num_samples": self.num_samples,
@@ -102,7 +90,7 @@ class ModelSpec(Frozen):
 
 
 class StrategySpec(Frozen):
-    """A Flower strategy from ``flwr.serverapp.strategy`` by name, with its parameters."""
+    """A strategy by name (``nodes/fl/strategies.py``) or ``package.module:Class``."""
 
     name: str = "fedavg"
     params: dict[str, float | int | str | bool] = Field(default_factory=dict)
@@ -110,21 +98,12 @@ class StrategySpec(Frozen):
     @field_validator("name")
     @classmethod
     def _known(cls, v: str) -> str:
-        if v not in STRATEGIES:
-            raise ValueError(f"unknown strategy {v!r}; choose one of {sorted(STRATEGIES)}")
-        return v
+        return STRATEGIES.check(v)
 
     @model_validator(mode="after")
     def _params_exist(self) -> StrategySpec:
-        if not self.params:
-            return self
-        import flwr.serverapp.strategy as fs  # only when params must be checked
-
-        sig = inspect.signature(getattr(fs, STRATEGIES[self.name]).__init__)
-        bad = sorted(set(self.params) - set(sig.parameters) - {"self"})
-        if bad:
-            allowed = sorted(p for p in sig.parameters if p != "self")
-            raise ValueError(f"unknown parameter(s) {bad} for {self.name}; allowed: {allowed}")
+        if self.params:  # imports the strategy class only when params must be checked
+            check_params(self.name, self.params)
         return self
 
 
@@ -165,9 +144,7 @@ class UplinkSpec(Frozen):
     wire_dtype: Literal["float32", "float16"] = Field(
         "float32", description="float arrays of the encoded update are sent in this dtype"
     )
-    tiers: list[Literal["edge", "fog", "cloud", "space"]] = Field(
-        default_factory=lambda: ["edge", "fog", "space"]
-    )
+    tiers: list[Tier] = Field(default_factory=lambda: list(DEFAULT_TT_TIERS))
 
 
 class FLSpec(Frozen):

@@ -1,167 +1,136 @@
-"""A strategy mixin that records every round, node and reply to telemetry.
+"""A strategy wrapper that records every round, node and reply to telemetry.
 
-``recording(cls)`` subclasses any ``flwr.serverapp.strategy`` class and calls
-``super()`` for all the actual work (Flower's extension point, house rule 6).
+:class:`RecordingStrategy` holds any ``flwr.serverapp.strategy.Strategy`` and passes
+every call on to it (as Flower's differential-privacy wrappers do); around the calls it
+records per-(round, node) metrics, statuses, bytes and durations, reconstructs
+TT-compressed updates before the inner strategy aggregates them, handles late replies
+(``nodes/fl/late.py``) and skips evaluation rounds that ride along with training
+(``piggyback``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
-from flwr.app import Message
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
 
+from nodes.fl.identity import NodeDirectory
+from nodes.fl.late import LateReplies, StalePolicy
 from nodes.fl.task import array_nbytes, decode_delta, weighted_average
 from nodes.fl.telemetry import Telemetry
 
+#: reply metric key -> telemetry metric name, recorded for every train reply that has it.
+TRAIN_METRICS = (
+    ("train-loss", "train_loss"),
+    ("train-duration-s", "train_duration_s"),
+    ("device-time-s", "device_time_s"),
+    ("num-examples", "num_examples"),
+)
 
-class RecordingMixin:
-    """Records per-(round, node) metrics, statuses, bytes and durations."""
 
-    telemetry: Telemetry
-    node_names: list[str]
-    num_rounds: int
-    piggyback: bool
+def _num(metrics: MetricRecord, key: str) -> float:
+    """A scalar metric of a reply as float (KeyError if absent, TypeError if a list)."""
+    value = metrics[key]
+    if not isinstance(value, int | float):
+        raise TypeError(f"metric {key!r} is not a scalar: {value!r}")
+    return float(value)
 
-    def _setup_recording(
-        self, telemetry: Telemetry, node_names: list[str], num_rounds: int, federated_eval: str
+
+class RecordingStrategy(Strategy):
+    """Record what happens to every message of ``strategy``; it does the aggregation.
+
+    Parameters
+    ----------
+    strategy : Strategy
+        The strategy that configures and aggregates (any Flower or user strategy).
+    telemetry : Telemetry
+        Where records go.
+    node_names : sequence of str
+        Client node names, index = partition id (``NodeDirectory``).
+    num_rounds : int
+        Rounds of the run (the last one evaluates with a separate message under
+        ``piggyback``).
+    federated_eval : {"piggyback", "separate", "none"}
+        ``workload.fl.evaluation.federated``.
+    stale : StalePolicy
+        What to do with replies that miss their round.
+    contribution_fn : callable, optional
+        ``arrays -> accuracy`` on the server's test set; when given, the leave-one-out
+        contribution of every silo to every round is recorded.
+    """
+
+    def __init__(
+        self,
+        strategy: Strategy,
+        telemetry: Telemetry,
+        node_names: Sequence[str],
+        num_rounds: int,
+        federated_eval: str = "piggyback",
+        stale: StalePolicy | None = None,
+        contribution_fn: Callable[[ArrayRecord], float] | None = None,
     ) -> None:
+        self.strategy = strategy
         self.telemetry = telemetry
-        self.node_names = node_names
+        self.nodes = NodeDirectory(node_names, telemetry)
         self.num_rounds = num_rounds
         self.federated_eval = federated_eval
-        self._names: dict[int, str] = {}
-        self._sent: dict[int, int] = {}
-        self._msgs: list[Message] = []
-        self.contribution_fn = None  # arrays -> accuracy, set by the ServerApp
-        self._grid = None
-        self._pending: dict[str, tuple[int, int]] = {}  # message id -> (round, node id)
-        self._globals: dict[int, dict] = {}
-        self.stale_policy, self.staleness_decay, self.max_staleness = "drop", 0.5, 3
-        self._dst_of: dict[str, int] = {}
+        self.contribution_fn = contribution_fn
+        self.late = LateReplies(stale or StalePolicy(), telemetry, self.nodes)
+        self._sent: dict[int, int] = {}  # node id -> bytes sent this round
+        self._msgs: list[Message] = []  # this round's train messages (ids set on push)
+        self._grid: Grid | None = None
         self._round_t0 = 0.0
 
-    def _name(self, node_id: int, content: Any | None = None) -> str:
-        if content is not None and "metrics" in content and node_id not in self._names:
-            pid = content["metrics"].get("partition-id")
-            if pid is not None and int(pid) < len(self.node_names):
-                self._names[node_id] = self.node_names[int(pid)]
-                self.telemetry.event(
-                    "node_identified", node=self._names[node_id], node_id=str(node_id)
-                )
-        return self._names.get(node_id, f"node-{node_id}")
+    def __repr__(self) -> str:
+        return f"RecordingStrategy({self.strategy!r})"
 
-    def _dst(self, msg: Message) -> int:
-        """The node a reply answers for (error replies may come from the SuperLink)."""
-        return self._dst_of.get(msg.metadata.reply_to_message_id, msg.metadata.src_node_id)
+    def summary(self) -> None:
+        """Log the inner strategy's settings."""
+        self.strategy.summary()
 
-    def _collect_late(self, server_round: int) -> list[Message]:
-        """Pull replies to earlier rounds' messages that missed their deadline.
-
-        Each is recorded as ``late`` for its own round with its staleness; under the
-        ``accept`` policy it is returned (its weight scaled by decay**staleness) to be
-        aggregated in this round, else dropped.
-        """
-        if not self._pending or self._grid is None:
-            return []
-        got = list(self._grid.pull_messages(list(self._pending)))
-        accepted = []
-        for msg in got:
-            origin, nid = self._pending.pop(msg.metadata.reply_to_message_id)
-            if msg.has_error():
-                continue
-            name = self._name(nid, msg.content)
-            staleness = server_round - origin
-            keep = self.stale_policy == "accept"
-            self.telemetry.status(
-                origin,
-                name,
-                "late",
-                f"arrived in round {server_round} (staleness {staleness}); "
-                + ("aggregated with decayed weight" if keep else "dropped"),
-            )
-            self.telemetry.metric("staleness", staleness, server_round, name)
-            if keep:
-                m = msg.content["metrics"]
-                m["num-examples"] = float(m["num-examples"]) * self.staleness_decay**staleness
-                if m.get("tt-compressed"):
-                    base = self._globals.get(origin, self._global)
-                    msg.content["arrays"] = decode_delta(msg.content["arrays"], base)
-                accepted.append(msg)
-        for mid, (origin, _n) in list(self._pending.items()):
-            if server_round - origin > self.max_staleness:
-                del self._pending[mid]
-        return accepted
-
-    def configure_train(self, server_round: int, arrays, config, grid) -> Iterable[Message]:
-        msgs = list(super().configure_train(server_round, arrays, config, grid))  # type: ignore[misc]
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """The inner strategy's train messages; remembers them and the bytes sent."""
+        msgs = list(self.strategy.configure_train(server_round, arrays, config, grid))
         self._round_t0 = time.time()
         nbytes = array_nbytes(arrays)
         self._sent = {m.metadata.dst_node_id: nbytes for m in msgs}
-        self._msgs = msgs  # their ids are set when the grid pushes them
-        self._global = {k: v.numpy() for k, v in arrays.items()}
-        self._globals[server_round] = self._global  # late TT deltas decode against theirs
-        for r in [r for r in self._globals if r < server_round - self.max_staleness]:
-            del self._globals[r]
+        self._msgs = msgs
+        self.late.sent(server_round, {k: v.numpy() for k, v in arrays.items()})
         self._grid = grid
         self.telemetry.event("round_start", round=server_round, sampled=len(msgs))
         return msgs
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]):
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Record every reply and every silent node, then let the inner strategy aggregate."""
         replies = list(replies)
-        tel = self.telemetry
-        self._dst_of = {m.metadata.message_id: m.metadata.dst_node_id for m in self._msgs}
-        answered = set()
-        fed: list[tuple[float, float]] = []  # piggybacked (eval accuracy, weight)
+        dst_of = {m.metadata.message_id: m.metadata.dst_node_id for m in self._msgs}
+        fed: list[tuple[float, float]] = []  # piggybacked (eval accuracy, eval examples)
         for msg in replies:
-            nid = self._dst(msg)
-            answered.add(nid)
-            if msg.has_error():
-                tel.status(server_round, self._name(nid), "failed", msg.error.reason)
-                tel.metric("bytes_lost", self._sent.get(nid, 0), server_round, self._name(nid))
-                continue
-            name = self._name(nid, msg.content)
-            m = msg.content["metrics"]
-            for key, out in (
-                ("train-loss", "train_loss"),
-                ("train-duration-s", "train_duration_s"),
-                ("device-time-s", "device_time_s"),
-                ("num-examples", "num_examples"),
-            ):
-                if key in m:
-                    tel.metric(out, float(m[key]), server_round, name)
-            tel.metric("bytes_sent", self._sent.get(nid, 0), server_round, name)
-            tel.metric("bytes_received", array_nbytes(msg.content["arrays"]), server_round, name)
-            if m.get("tt-compressed"):  # reconstruct before the strategy aggregates
-                msg.content["arrays"] = decode_delta(msg.content["arrays"], self._global)
-            tel.metric("round_trip_s", time.time() - self._round_t0, server_round, name)
-            if "eval-acc" in m:
-                r = int(m["eval-round"])
-                tel.metric("eval_acc", float(m["eval-acc"]), r, name)
-                tel.metric("eval_loss", float(m["eval-loss"]), r, name)
-                fed.append((float(m["eval-acc"]), float(m["num-examples"])))
-            tel.status(server_round, name, "completed")
-        for m in self._msgs:  # unanswered: failed for now, maybe late later
-            nid = m.metadata.dst_node_id
-            if nid in answered:
-                continue
-            tel.status(server_round, self._name(nid), "failed", "no reply before round timeout")
-            tel.metric("bytes_lost", self._sent.get(nid, 0), server_round, self._name(nid))
-            self._pending[m.metadata.message_id] = (server_round, nid)
-        stale = self._collect_late(server_round)
+            self._record_train_reply(server_round, msg, dst_of, fed)
+        answered = {_node_of(m, dst_of) for m in replies}
+        self._record_unanswered(server_round, answered)
+        stale = self.late.collect(server_round, self._grid)
         if stale:
-            tel.metric("stale_accepted", len(stale), server_round)
+            self.telemetry.metric("stale_accepted", len(stale), server_round)
             replies = replies + stale
         _common_metric_keys(replies)
-        arrays, metrics = super().aggregate_train(server_round, replies)  # type: ignore[misc]
-        tel.metric("round_duration_s", time.time() - self._round_t0, server_round)
+        # a fixed order (by node name), so that float sums do not depend on arrival order
+        replies.sort(key=lambda m: (self.nodes.name(_node_of(m, dst_of)), m.has_error()))
+        arrays, metrics = self.strategy.aggregate_train(server_round, replies)
+        self.telemetry.metric("round_duration_s", time.time() - self._round_t0, server_round)
         if self.contribution_fn is not None and arrays is not None:
-            self._contributions(server_round, [m for m in replies if not m.has_error()])
+            self._contributions(server_round, [m for m in replies if not m.has_error()], dst_of)
         if fed:  # what the answering silos report about the previous global model
-            total = sum(n for _a, n in fed)
-            tel.metric("federated_acc", sum(a * n for a, n in fed) / total, server_round - 1)
-        tel.event(
+            acc = sum(a * n for a, n in fed) / sum(n for _a, n in fed)
+            self.telemetry.metric("federated_acc", acc, server_round - 1)
+        self.telemetry.event(
             "round_end",
             round=server_round,
             replies=len(replies),
@@ -169,41 +138,101 @@ class RecordingMixin:
         )
         return arrays, metrics
 
-    def _contributions(self, server_round: int, ok: list[Message]) -> None:
+    def _record_train_reply(
+        self,
+        server_round: int,
+        msg: Message,
+        dst_of: dict[str, int],
+        fed: list[tuple[float, float]],
+    ) -> None:
+        """Record one train reply (error replies may come from the SuperLink itself)."""
+        tel = self.telemetry
+        nid = _node_of(msg, dst_of)
+        if msg.has_error():
+            name = self.nodes.name(nid)
+            tel.status(server_round, name, "failed", msg.error.reason or "")
+            tel.metric("bytes_lost", self._sent.get(nid, 0), server_round, name)
+            return
+        m = msg.content.metric_records["metrics"]
+        name = self.nodes.learn(nid, m)
+        for key, out in TRAIN_METRICS:
+            if key in m:
+                tel.metric(out, _num(m, key), server_round, name)
+        tel.metric("bytes_sent", self._sent.get(nid, 0), server_round, name)
+        received = msg.content.array_records["arrays"]
+        tel.metric("bytes_received", array_nbytes(received), server_round, name)
+        if m.get("tt-compressed"):  # reconstruct before the strategy aggregates
+            msg.content["arrays"] = decode_delta(received, self.late.globals[server_round])
+        tel.metric("round_trip_s", time.time() - self._round_t0, server_round, name)
+        if "eval-acc" in m:
+            r = int(_num(m, "eval-round"))
+            tel.metric("eval_acc", _num(m, "eval-acc"), r, name)
+            tel.metric("eval_loss", _num(m, "eval-loss"), r, name)
+            fed.append((_num(m, "eval-acc"), _num(m, "eval-examples")))
+        tel.status(server_round, name, "completed")
+
+    def _record_unanswered(self, server_round: int, answered: set[int]) -> None:
+        """Nodes sent a message but silent: failed for now, maybe late later."""
+        for m in self._msgs:
+            nid = m.metadata.dst_node_id
+            if nid in answered:
+                continue
+            name = self.nodes.name(nid)
+            self.telemetry.status(server_round, name, "failed", "no reply before round timeout")
+            self.telemetry.metric("bytes_lost", self._sent.get(nid, 0), server_round, name)
+            self.late.await_reply(m.metadata.message_id, server_round, nid)
+
+    def _contributions(self, server_round: int, ok: list[Message], dst_of: dict[str, int]) -> None:
         """Leave-one-out: accuracy of this round's FedAvg aggregate minus that of the
         aggregate without silo i (server test set). Recorded as ``contribution``."""
-        if len(ok) < 2:
+        if len(ok) < 2 or self.contribution_fn is None:
             return
-        recs = [m.content["arrays"] for m in ok]
-        w = [float(m.content["metrics"]["num-examples"]) for m in ok]
+        recs = [m.content.array_records["arrays"] for m in ok]
+        w = [_num(m.content.metric_records["metrics"], "num-examples") for m in ok]
         full = self.contribution_fn(weighted_average(recs, w))
         for i, m in enumerate(ok):
             rest = weighted_average(recs[:i] + recs[i + 1 :], w[:i] + w[i + 1 :])
-            name = self._name(self._dst(m))
-            self.telemetry.metric(
-                "contribution", full - self.contribution_fn(rest), server_round, name
-            )
+            name = self.nodes.name(_node_of(m, dst_of))
+            gain = full - self.contribution_fn(rest)
+            self.telemetry.metric("contribution", gain, server_round, name)
 
-    def configure_evaluate(self, server_round: int, arrays, config, grid):
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """No messages under ``none``, nor under ``piggyback`` before the last round."""
         if self.federated_eval == "none":
             return []
         if self.federated_eval == "piggyback" and server_round < self.num_rounds:
             return []  # the next train message carries this evaluation
-        return super().configure_evaluate(server_round, arrays, config, grid)  # type: ignore[misc]
+        msgs: Iterable[Message] = self.strategy.configure_evaluate(
+            server_round, arrays, config, grid
+        )
+        return msgs
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]):
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        """Record each silo's evaluation; the federated accuracy weighs it by its test count."""
         replies = list(replies)
-        for msg in replies:
-            if msg.has_error():
-                continue
-            m = msg.content["metrics"]
-            name = self._name(msg.metadata.src_node_id, msg.content)
-            self.telemetry.metric("eval_acc", float(m["eval-acc"]), server_round, name)
-            self.telemetry.metric("eval_loss", float(m["eval-loss"]), server_round, name)
-        metrics = super().aggregate_evaluate(server_round, replies)  # type: ignore[misc]
-        if metrics is not None and "eval-acc" in metrics:
-            self.telemetry.metric("federated_acc", float(metrics["eval-acc"]), server_round)
+        ok = [m for m in replies if not m.has_error()]
+        fed: list[tuple[float, float]] = []
+        for msg in ok:
+            m = msg.content.metric_records["metrics"]
+            name = self.nodes.learn(msg.metadata.src_node_id, m)
+            self.telemetry.metric("eval_acc", _num(m, "eval-acc"), server_round, name)
+            self.telemetry.metric("eval_loss", _num(m, "eval-loss"), server_round, name)
+            fed.append((_num(m, "eval-acc"), _num(m, "eval-examples")))
+        metrics: MetricRecord | None = self.strategy.aggregate_evaluate(server_round, replies)
+        if fed:
+            acc = sum(a * n for a, n in fed) / sum(n for _a, n in fed)
+            self.telemetry.metric("federated_acc", acc, server_round)
         return metrics
+
+
+def _node_of(reply: Message, dst_of: dict[str, int]) -> int:
+    """The node a reply answers for: its message's destination (an error reply may come
+    from the SuperLink itself), else the reply's source."""
+    return dst_of.get(reply.metadata.reply_to_message_id, reply.metadata.src_node_id)
 
 
 def _common_metric_keys(replies: list[Message]) -> None:
@@ -217,13 +246,8 @@ def _common_metric_keys(replies: list[Message]) -> None:
     ok = [m for m in replies if not m.has_error()]
     if len(ok) < 2:
         return
-    common = set.intersection(*(set(m.content["metrics"].keys()) for m in ok))
-    for m in ok:
-        metrics = m.content["metrics"]
+    records = [m.content.metric_records["metrics"] for m in ok]
+    common = set.intersection(*(set(r.keys()) for r in records))
+    for metrics in records:
         for key in [k for k in metrics if k not in common]:
             del metrics[key]
-
-
-def recording(strategy_cls: type) -> type:
-    """Return ``strategy_cls`` extended with :class:`RecordingMixin`."""
-    return type(f"Recording{strategy_cls.__name__}", (RecordingMixin, strategy_cls), {})

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
@@ -17,9 +19,15 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
 
 from nodes.fl import task
-from nodes.fl.config import STRATEGIES
-from nodes.fl.recording import recording
+from nodes.fl.late import StalePolicy
+from nodes.fl.recording import RecordingStrategy
+from nodes.fl.strategies import STRATEGIES, constructor_args
 from nodes.fl.telemetry import Telemetry
+
+if TYPE_CHECKING:
+    import torch
+
+    from nodes.fl.config import FLSpec
 
 app = ServerApp()
 
@@ -42,7 +50,7 @@ def tolerate_superlink_restarts(
     """
     push = grid.push_messages
 
-    def push_messages(messages):  # noqa: ANN001, ANN202
+    def push_messages(messages: Iterable[Message]) -> Iterable[str]:
         messages, attempt = list(messages), 1
         while True:
             try:
@@ -70,38 +78,73 @@ def tolerate_superlink_restarts(
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Run ``rounds`` rounds of the configured strategy and record everything."""
-    import flwr.serverapp.strategy as fs
     import torch
 
-    torch.set_num_threads(1)
+    task.deterministic_torch()
     rc = context.run_config
     spec = task.parse_spec(str(rc["fl-spec"]))
-    seed = int(rc["seed"])
+    seed = int(str(rc["seed"]))
     names: list[str] = json.loads(str(rc["node-names"]))
     tel = Telemetry(str(rc.get("telemetry-path", "")) or None)
     tolerate_superlink_restarts(grid, tel)
-    n = len(names)
-    splits = task.get_splits(spec, seed, n)
+    splits = task.get_splits(spec, seed, len(names))
     torch.manual_seed(seed)
     model = task.make_model(spec, splits)
+    strategy = _recording_strategy(spec, tel, names, model, splits)
 
     # Start with the whole fleet, then carry on with whoever answers (survivors).
     deadline = time.time() + spec.round_timeout_s
-    while len(list(grid.get_node_ids())) < n and time.time() < deadline:
+    while len(list(grid.get_node_ids())) < len(names) and time.time() < deadline:
         time.sleep(0.2)
-    tel.event("fleet_connected", connected=len(list(grid.get_node_ids())), expected=n)
+    tel.event("fleet_connected", connected=len(list(grid.get_node_ids())), expected=len(names))
+    if spec.evaluation.per_silo:  # which classes each silo holds (for the report)
+        for name, tr in zip(names, splits.silo_train, strict=True):
+            counts = np.bincount(tr.y, minlength=splits.num_classes)
+            tel.event("silo_classes", node=name, counts=counts.tolist())
 
-    cls = recording(getattr(fs, STRATEGIES[spec.strategy.name]))
-    params = {
-        "min_available_nodes": min(spec.min_participants, n),
-        "min_train_nodes": min(spec.min_participants, n),
-        "min_evaluate_nodes": min(spec.min_participants, n),
-    }
-    params.update(spec.strategy.params)
-    strategy = cls(**params)
-    strategy._setup_recording(tel, names, spec.rounds, spec.evaluation.federated)
-    strategy.stale_policy = spec.stale_updates
-    strategy.staleness_decay, strategy.max_staleness = spec.staleness_decay, spec.max_staleness
+    tel.event("run_start", nodes=names, rounds=spec.rounds)
+    result = strategy.start(
+        grid=grid,
+        initial_arrays=ArrayRecord(model.state_dict()),
+        num_rounds=spec.rounds,
+        timeout=spec.round_timeout_s,
+        train_config=ConfigRecord({"lr": spec.lr}),
+        evaluate_fn=_centralized(spec, tel, names, model, splits)
+        if spec.evaluation.centralized
+        else None,
+    )
+    out = str(rc.get("artifact-dir", ""))
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        torch.save(result.arrays.to_torch_state_dict(), Path(out) / "final_model.pt")
+    tel.event("run_end", rounds=spec.rounds)
+
+
+def _recording_strategy(
+    spec: FLSpec, tel: Telemetry, names: list[str], model: torch.nn.Module, splits: task.Splits
+) -> RecordingStrategy:
+    """The configured strategy (by name or dotted path) inside the recording wrapper."""
+    name, n = spec.strategy.name, len(names)
+    inner = STRATEGIES[name](**constructor_args(name, spec.strategy.params, spec.model_dump(), n))
+
+    def server_test_accuracy(arrays: ArrayRecord) -> float:
+        return task.evaluate(task.load(model, arrays), splits.server_test)[1]
+
+    return RecordingStrategy(
+        inner,
+        tel,
+        names,
+        spec.rounds,
+        spec.evaluation.federated,
+        StalePolicy(spec.stale_updates, spec.staleness_decay, spec.max_staleness),
+        contribution_fn=server_test_accuracy if spec.evaluation.contributions else None,
+    )
+
+
+def _centralized(
+    spec: FLSpec, tel: Telemetry, names: list[str], model: torch.nn.Module, splits: task.Splits
+) -> Callable[[int, ArrayRecord], MetricRecord]:
+    """Flower's ``evaluate_fn``: the global model on the server's test set (and per silo)."""
 
     def centralized(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         model.load_state_dict(arrays.to_torch_state_dict())
@@ -115,26 +158,4 @@ def main(grid: Grid, context: Context) -> None:
                 tel.metric(f"class_acc/{c}", a, server_round)
         return MetricRecord({"accuracy": acc, "loss": loss})
 
-    if spec.evaluation.contributions:
-        strategy.contribution_fn = lambda arrays: task.evaluate(
-            task.load(model, arrays), splits.server_test
-        )[1]
-    if spec.evaluation.per_silo:  # which classes each silo holds (for the report)
-        for name, tr in zip(names, splits.silo_train, strict=True):
-            counts = np.bincount(tr.y, minlength=splits.num_classes)
-            tel.event("silo_classes", node=name, counts=counts.tolist())
-
-    tel.event("run_start", nodes=names, rounds=spec.rounds)
-    result = strategy.start(
-        grid=grid,
-        initial_arrays=ArrayRecord(model.state_dict()),
-        num_rounds=spec.rounds,
-        timeout=spec.round_timeout_s,
-        train_config=ConfigRecord({"lr": spec.lr}),
-        evaluate_fn=centralized if spec.evaluation.centralized else None,
-    )
-    out = str(rc.get("artifact-dir", ""))
-    if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        torch.save(result.arrays.to_torch_state_dict(), Path(out) / "final_model.pt")
-    tel.event("run_end", rounds=spec.rounds)
+    return centralized

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from nodes.data.datasets import Dataset, load_dataset
 from nodes.data.partition import partition
-from nodes.fl.config import FLSpec
+from nodes.fl.config import FLSpec, UplinkSpec
+
+if TYPE_CHECKING:
+    import torch
+    from flwr.app import ArrayRecord, RecordDict
 
 
 @dataclass(frozen=True)
@@ -23,10 +29,12 @@ class Splits:
 
     @property
     def input_shape(self) -> tuple[int, ...]:
+        """Shape of one input sample."""
         return tuple(self.server_test.x.shape[1:])
 
     @property
     def num_classes(self) -> int:
+        """Number of classes of the task."""
         return self.server_test.num_classes
 
 
@@ -56,6 +64,14 @@ def _splits(spec_json: str, seed: int, num_partitions: int) -> Splits:
     return Splits(server_test, tuple(trains), tuple(tests))
 
 
+def deterministic_torch() -> None:
+    """One thread and deterministic kernels: the same seed gives the same numbers."""
+    import torch
+
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
 def get_splits(spec: FLSpec, seed: int, num_partitions: int) -> Splits:
     """Deterministic splits for ``seed`` (cached per process: warm nodes load once)."""
     return _splits(spec.model_dump_json(), seed, num_partitions)
@@ -67,26 +83,44 @@ def parse_spec(spec_json: str) -> FLSpec:
     return FLSpec.model_validate(json.loads(spec_json))
 
 
-def make_model(spec: FLSpec, splits: Splits):
+def make_model(spec: FLSpec, splits: Splits) -> torch.nn.Module:
     """Build the task model for these data."""
     from nodes.models import build_model
 
-    return build_model(
+    model: torch.nn.Module = build_model(
         spec.model.name, splits.input_shape, splits.num_classes, width=spec.model.width
     )
+    return model
 
 
-def train(model, data: Dataset, spec: FLSpec, seed: int, lr: float | None = None) -> float:
-    """Train ``model`` in place for ``spec.local_epochs``; return the mean training loss."""
+def train(
+    model: torch.nn.Module,
+    data: Dataset,
+    spec: FLSpec,
+    seed: int,
+    lr: float | None = None,
+    proximal_mu: float = 0.0,
+) -> float:
+    """Train ``model`` in place for ``spec.local_epochs``; return the mean training loss.
+
+    Parameters
+    ----------
+    proximal_mu : float
+        FedProx (Li et al. 2020): each step minimises the data loss plus
+        ``(mu / 2) * ||w - w_global||^2``, with ``w_global`` the weights ``model`` has on
+        entry (the received global model). The returned loss is the data loss only.
+    """
     import torch
 
     torch.manual_seed(seed)
     x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
     lr = spec.lr if lr is None else lr
+    opt: torch.optim.Optimizer
     if spec.optimizer == "adam":
         opt = torch.optim.Adam(model.parameters(), lr=lr)
     else:
         opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=spec.momentum)
+    anchor = [p.detach().clone() for p in model.parameters()] if proximal_mu > 0 else []
     loss_fn = torch.nn.CrossEntropyLoss()
     model.train()
     total, count = 0.0, 0
@@ -96,14 +130,21 @@ def train(model, data: Dataset, spec: FLSpec, seed: int, lr: float | None = None
             b = perm[i : i + spec.batch_size]
             opt.zero_grad()
             loss = loss_fn(model(x[b]), y[b])
-            loss.backward()
+            objective = loss + _proximal_term(model, anchor, proximal_mu) if anchor else loss
+            objective.backward()
             opt.step()
             total += loss.item() * len(b)
             count += len(b)
     return total / max(count, 1)
 
 
-def evaluate(model, data: Dataset) -> tuple[float, float]:
+def _proximal_term(model: torch.nn.Module, anchor: list[torch.Tensor], mu: float) -> torch.Tensor:
+    """FedProx's ``(mu / 2) * ||w - w_anchor||^2`` over all parameters (differentiable)."""
+    sq = sum(((p - a) ** 2).sum() for p, a in zip(model.parameters(), anchor, strict=True))
+    return (mu / 2) * sq  # type: ignore[return-value]  # sum of tensors is a tensor
+
+
+def evaluate(model: torch.nn.Module, data: Dataset) -> tuple[float, float]:
     """Return (mean cross-entropy loss, accuracy) of ``model`` on ``data``."""
     import torch
 
@@ -116,7 +157,7 @@ def evaluate(model, data: Dataset) -> tuple[float, float]:
     return loss, acc
 
 
-def class_accuracy(model, data: Dataset) -> list[float]:
+def class_accuracy(model: torch.nn.Module, data: Dataset) -> list[float]:
     """Accuracy per class (NaN for a class absent from ``data``)."""
     import torch
 
@@ -129,13 +170,13 @@ def class_accuracy(model, data: Dataset) -> list[float]:
     ]
 
 
-def load(model, arrays):
+def load(model: torch.nn.Module, arrays: ArrayRecord) -> torch.nn.Module:
     """Load an ArrayRecord into ``model`` and return it."""
     model.load_state_dict(arrays.to_torch_state_dict())
     return model
 
 
-def weighted_average(records: list, weights: list[float]):
+def weighted_average(records: list[ArrayRecord], weights: list[float]) -> ArrayRecord:
     """FedAvg of ArrayRecords (numpy), as an ArrayRecord."""
     from collections import OrderedDict
 
@@ -143,11 +184,11 @@ def weighted_average(records: list, weights: list[float]):
 
     total = float(sum(weights))
     keys = list(records[0].keys())
-    out = OrderedDict()
+    out: OrderedDict[str, Array] = OrderedDict()
     for k in keys:
-        acc = sum(
-            r[k].numpy().astype(np.float64) * w for r, w in zip(records, weights, strict=True)
-        )
+        acc = np.zeros(records[0][k].numpy().shape, dtype=np.float64)
+        for r, w in zip(records, weights, strict=True):
+            acc += r[k].numpy().astype(np.float64) * w
         out[k] = Array(np.ascontiguousarray((acc / total).astype(records[0][k].numpy().dtype)))
     return ArrayRecord(out)
 
@@ -159,7 +200,7 @@ def flip_labels(data: Dataset, seed: int) -> Dataset:
     return Dataset(data.x, perm[data.y], data.num_classes, data.groups)
 
 
-def corrupt(model, mode: str, std: float, seed: int) -> None:
+def corrupt(model: torch.nn.Module, mode: str, std: float, seed: int) -> None:
     """A faulty update: add Gaussian noise of ``std`` to every weight, or make it NaN."""
     import torch
 
@@ -172,7 +213,12 @@ def corrupt(model, mode: str, std: float, seed: int) -> None:
                 p.add_(torch.randn(p.shape, generator=gen) * std)
 
 
-def encode_delta(model, received, uplink, state=None):
+def encode_delta(
+    model: torch.nn.Module,
+    received: ArrayRecord,
+    uplink: UplinkSpec,
+    state: RecordDict | None = None,
+) -> ArrayRecord:
     """TT-encode ``model``'s update against the ``received`` global ArrayRecord.
 
     With ``uplink.error_feedback`` the part of the update the codec dropped last time
@@ -186,14 +232,13 @@ def encode_delta(model, received, uplink, state=None):
 
     glob = {k: v.numpy() for k, v in received.items()}
     delta = {k: v.detach().cpu().numpy() - glob[k] for k, v in model.state_dict().items()}
-    feedback = uplink.error_feedback and state is not None
-    if feedback and "tt-residual" in state:
-        res = state["tt-residual"]
+    if uplink.error_feedback and state is not None and "tt-residual" in state:
+        res = state.array_records["tt-residual"]
         delta = {k: d + res[k].numpy() if k in res else d for k, d in delta.items()}
     enc = encode_update(delta, uplink.eps, uplink.max_rank, uplink.min_numel)
     if uplink.wire_dtype == "float16":  # halve the bytes of cores and raw float tensors
         enc = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in enc.items()}
-    if feedback:
+    if uplink.error_feedback and state is not None:
         dec = decode_update(_widen(enc))
         state["tt-residual"] = ArrayRecord(
             {k: Array(np.ascontiguousarray(delta[k] - dec[k])) for k in delta}
@@ -206,7 +251,7 @@ def _widen(enc: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in enc.items()}
 
 
-def decode_delta(encoded, glob: dict[str, np.ndarray]):
+def decode_delta(encoded: ArrayRecord, glob: Mapping[str, np.ndarray]) -> ArrayRecord:
     """Rebuild full weights (global + decoded update) as an ArrayRecord."""
     from collections import OrderedDict
 
@@ -219,6 +264,6 @@ def decode_delta(encoded, glob: dict[str, np.ndarray]):
     return ArrayRecord(full)
 
 
-def array_nbytes(record) -> int:
+def array_nbytes(record: ArrayRecord) -> int:
     """Serialized payload bytes of a Flower ``ArrayRecord`` (sum of its arrays' buffers)."""
     return int(sum(len(a.data) for a in record.values()))

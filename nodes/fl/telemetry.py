@@ -39,11 +39,15 @@ class Telemetry:
             self._fh.write(line + "\n")
             self._fh.flush()
 
-    def event(self, name: str, round: int | None = None, node: str | None = None, **data: Any):
+    def event(
+        self, name: str, round: int | None = None, node: str | None = None, **data: Any
+    ) -> None:
         """Record an event (``round_start``, ``round_end``, ``run_end``...)."""
         self._write({"kind": "event", "name": name, "round": round, "node": node, "data": data})
 
-    def metric(self, name: str, value: float, round: int | None = None, node: str | None = None):
+    def metric(
+        self, name: str, value: float, round: int | None = None, node: str | None = None
+    ) -> None:
         """Record one metric value (node ``None`` means the server / global)."""
         self._write(
             {"kind": "metric", "name": name, "value": float(value), "round": round, "node": node}

@@ -18,6 +18,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flwr.clientapp.client_app import ClientApp
+    from flwr.supercore.fab import Fab
+    from flwr.supercore.run import Run
+    from flwr.supercore.runtime import RuntimeHttpClient
 
 log = logging.getLogger("testbed.warm_executor")
 
@@ -45,19 +52,32 @@ class WarmExecutor:
         self.poll_interval_s = poll_interval_s
         self.on_task = on_task
         self.stop_event = threading.Event()
-        self._apps: dict[str, object] = {}
+        self._apps: dict[str, ClientApp] = {}
         self.tasks_run = 0
 
-    def _client(self, interceptors: list):
+    def _client(self, interceptors: list[Any], stoppable: bool = False) -> RuntimeHttpClient:
+        """A Runtime API client with Flower's retries; a ``stoppable`` one (the polling
+        client) gives up and stops waiting between retries once :meth:`stop` is called."""
         from flwr.supercore.retry import make_simple_http_retry_invoker
         from flwr.supercore.runtime import RuntimeHttpClient
 
+        invoker = make_simple_http_retry_invoker()
+        if stoppable:
+            giveup = invoker.should_giveup
+
+            def should_giveup(exc: Exception) -> bool:
+                return self.stop_event.is_set() or bool(giveup and giveup(exc))
+
+            def wait_function(seconds: float) -> None:  # Flower's back-off, interruptible
+                self.stop_event.wait(seconds)
+
+            invoker.should_giveup, invoker.wait_function = should_giveup, wait_function
         return RuntimeHttpClient.from_server_address(
             server_address=self.address,
             insecure=True,
             root_certificates=None,
             interceptors=interceptors,
-            retry_invoker=make_simple_http_retry_invoker(),
+            retry_invoker=invoker,
         )
 
     def serve(self) -> None:
@@ -66,7 +86,9 @@ class WarmExecutor:
         from flwr.supercore.constant import TaskType
         from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
 
-        client = self._client([RuntimeVersionHttpInterceptor(component_name="SuperExec")])
+        client = self._client(
+            [RuntimeVersionHttpInterceptor(component_name="SuperExec")], stoppable=True
+        )
         req = AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP.value])
         try:
             while not self.stop_event.is_set():
@@ -91,7 +113,7 @@ class WarmExecutor:
         """Ask :meth:`serve` to return after the current task."""
         self.stop_event.set()
 
-    def _load(self, run, fab):
+    def _load(self, run: Run, fab: Fab) -> ClientApp:
         """Install the FAB and load its ClientApp once per FAB hash."""
         from flwr.cli.install import install_from_fab
         from flwr.clientapp.utils import get_load_client_app_fn

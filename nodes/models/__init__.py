@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nodes.registry import Registry
+from nodes.registry import Registry, callable_hook
+
+if TYPE_CHECKING:
+    import torch
 
 # factories ``fn(input_shape, num_classes, **params) -> nn.Module``
-MODELS: Registry[Callable[..., Any]] = Registry("model")
+MODELS: Registry[Callable[..., Any]] = Registry(
+    "model", validate=callable_hook("(input_shape, num_classes, **params) -> torch.nn.Module")
+)
 register_model = MODELS.register
 
 
@@ -53,6 +58,9 @@ def mlp(input_shape: tuple[int, ...], num_classes: int, width: int = 64, **_: ob
     )
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, **params: object):
+def build_model(
+    name: str, input_shape: tuple[int, ...], num_classes: int, **params: object
+) -> torch.nn.Module:
     """Build registered model ``name``."""
-    return MODELS[name](tuple(input_shape), num_classes, **params)
+    model: torch.nn.Module = MODELS[name](tuple(input_shape), num_classes, **params)
+    return model

@@ -21,7 +21,6 @@ from pydantic import Field, field_validator, model_validator
 
 from nodes.fl.config import Frozen
 
-POLICIES = ("static-cpu", "static-gpu", "gaia", "gaia-link")
 Mode = Literal["cpu", "cpu_preferred", "gpu_preferred", "gpu"]
 
 
@@ -86,7 +85,9 @@ class RuntimeSpec(Frozen):
 class FunctionsSpec(Frozen):
     """The serverless workload: functions, load, placement policy and runtime."""
 
-    policy: Literal["static-cpu", "static-gpu", "gaia", "gaia-link"] = "gaia"
+    policy: str = Field(
+        "gaia", description="a policy of testbed/functions/placement.py or package.module:fn"
+    )
     duration_s: float = Field(60.0, gt=0, description="load duration per run")
     origin: Literal["edge", "fog", "cloud", "space"] = Field(
         "edge", description="tier the requests come from (picks the default links)"
@@ -96,6 +97,13 @@ class FunctionsSpec(Frozen):
     )
     functions: list[FunctionSpec] = Field(min_length=1)
     runtime: RuntimeSpec = RuntimeSpec()
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, v: str) -> str:
+        from testbed.functions.placement import POLICIES  # registered with the policies
+
+        return POLICIES.check(v)
 
     @model_validator(mode="after")
     def _unique(self) -> FunctionsSpec:

@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from nodes.registry import Registry, callable_hook
 from testbed.spec.catalog import DeviceProfile
 
 
@@ -71,7 +72,7 @@ class Site:
 
     def gpu_speedup(self, host_gflops: float) -> float | None:
         p = self.profile
-        if not p.has_gpu:
+        if not p.has_gpu or p.gpu_fp32_tflops is None:
             return None
         return p.gpu_fp32_tflops * 1e3 * p.gpu_efficiency / host_gflops
 
@@ -126,27 +127,28 @@ class Placement:
 P95_FACTOR = 2.996  # ln(20): p95 / mean of an exponential response time
 
 Policy = Callable[[list[Job], list[Site], float], dict[str, Placement]]
-POLICIES: dict[str, Policy] = {}
+
+
+#: name (or ``package.module:function``) -> placement policy.
+POLICIES: Registry[Policy] = Registry(
+    "policy", validate=callable_hook("(jobs, sites, host_gflops) -> {function: Placement}")
+)
 
 
 def policy(name: str) -> Callable[[Policy], Policy]:
     """Register a placement policy under ``name``."""
-
-    def deco(fn: Policy) -> Policy:
-        POLICIES[name] = fn
-        return fn
-
-    return deco
+    return POLICIES.register(name)
 
 
-def place(policy_name: str, jobs: list[Job], sites: list[Site], host_gflops: float):
+def place(
+    policy_name: str, jobs: list[Job], sites: list[Site], host_gflops: float
+) -> dict[str, Placement]:
     """Run the policy ``policy_name``; returns ``{function: Placement}``."""
-    if policy_name not in POLICIES:
-        raise ValueError(
-            f"workload.functions.policy: unknown policy {policy_name!r}; "
-            f"choose one of {sorted(POLICIES)}"
-        )
-    return POLICIES[policy_name](jobs, sites, host_gflops)
+    try:
+        fn = POLICIES[policy_name]
+    except ValueError as exc:
+        raise ValueError(f"workload.functions.policy: {exc}") from None
+    return fn(jobs, sites, host_gflops)
 
 
 def _estimates(job: Job, sites: list[Site], g: float) -> dict[str, dict[str, float | None]]:
@@ -163,16 +165,31 @@ def _candidates(job: Job, sites: list[Site]) -> list[Site]:
 def _best(
     job: Job, sites: list[Site], backend: str, g: float, need_slot: bool
 ) -> tuple[Site, float] | None:
-    scored = [
-        (s.estimate_ms(job.cost, backend, g, job.rate_rps), i, s)
-        for i, s in enumerate(_candidates(job, sites))
-        if backend == "cpu" or (s.gpu_speedup(g) and (s.gpu_slots_free > 0 or not need_slot))
-    ]
-    scored = [x for x in scored if x[0] is not None]
+    scored: list[tuple[float, int, Site]] = []
+    for i, s in enumerate(_candidates(job, sites)):
+        if backend == "cpu" or (s.gpu_speedup(g) and (s.gpu_slots_free > 0 or not need_slot)):
+            est = s.estimate_ms(job.cost, backend, g, job.rate_rps)
+            if est is not None:
+                scored.append((est, i, s))
     if not scored:
         return None
-    est, _i, site = min(scored)
-    return site, est
+    best, _i, site = min(scored)
+    return site, best
+
+
+def _best_cpu(job: Job, sites: list[Site], g: float) -> tuple[Site, float]:
+    """The candidate with the lowest link + CPU estimate (every node has a CPU)."""
+    best = _best(job, sites, "cpu", g, False)
+    if best is None:
+        raise ValueError(f"function {job.name!r}: no node to place it on (pinned: {job.pinned})")
+    return best
+
+
+def _cpu_ms(site: Site, job: Job, g: float, q: float = 1.0) -> float:
+    """Link + CPU estimate of ``job`` on ``site`` (never None: every node has a CPU)."""
+    est = site.estimate_ms(job.cost, "cpu", g, job.rate_rps, q)
+    assert est is not None
+    return est
 
 
 def _take(site: Site) -> None:
@@ -183,7 +200,7 @@ def _take(site: Site) -> None:
 def static_cpu(jobs: list[Job], sites: list[Site], g: float) -> dict[str, Placement]:
     out = {}
     for job in jobs:
-        site, est = _best(job, sites, "cpu", g, False)
+        site, est = _best_cpu(job, sites, g)
         why = f"lowest link + CPU estimate ({est:.1f} ms)"
         out[job.name] = Placement(site.name, "cpu", False, est, why, _estimates(job, sites, g))
     return out
@@ -196,7 +213,7 @@ def static_gpu(jobs: list[Job], sites: list[Site], g: float) -> dict[str, Placem
         best = _best(job, sites, "gpu", g, True)
         ests = _estimates(job, sites, g)
         if best is None:
-            site, est = _best(job, sites, "cpu", g, False)
+            site, est = _best_cpu(job, sites, g)
             why = "no GPU slot left: CPU"
             out[job.name] = Placement(site.name, "cpu", False, est, why, ests)
             continue
@@ -219,7 +236,7 @@ def gaia(jobs: list[Job], sites: list[Site], g: float) -> dict[str, Placement]:
         cands = _candidates(job, sites)
         gpus = [s for s in cands if s.gpu_speedup(g) and s.gpu_slots_free > 0]
         if job.mode != "cpu" and gpus:
-            site = max(gpus, key=lambda s: s.profile.gpu_fp32_tflops)
+            site = max(gpus, key=lambda s: s.profile.gpu_fp32_tflops or 0.0)
             why = f"mode {job.mode}: fastest GPU ({site.profile.accelerator}); links not weighed"
         else:
             site = max(cands, key=lambda s: s.profile.cpu_speed_factor)
@@ -237,37 +254,51 @@ def gaia(jobs: list[Job], sites: list[Site], g: float) -> dict[str, Placement]:
 def gaia_link(jobs: list[Job], sites: list[Site], g: float) -> dict[str, Placement]:
     out = {}
     for job in jobs:
-        ests = _estimates(job, sites, g)
         dyn = job.mode in ("cpu_preferred", "gpu_preferred")
-        backend = _initial_backend(job.mode)
         if job.mode == "cpu_preferred":
-            scored = []
-            for i, s in enumerate(_candidates(job, sites)):
-                cpu = s.estimate_ms(job.cost, "cpu", g, job.rate_rps)
-                cpu95 = s.estimate_ms(job.cost, "cpu", g, job.rate_rps, P95_FACTOR)
-                gpu = s.estimate_ms(job.cost, "gpu", g, job.rate_rps)
-                score = cpu if cpu95 <= job.slo_ms or gpu is None or not s.gpu_slots_free else gpu
-                scored.append((score, i, s))
-            score, _i, site = min(scored)
-            est = site.estimate_ms(job.cost, "cpu", g, job.rate_rps)
-            if score != est:  # placed for its GPU: plan the slot for the promotion
-                _take(site)
-                why = (
-                    f"cpu_preferred: the CPU's p95 estimate misses the SLO; nearest free GPU "
-                    f"(link + GPU {score:.1f} ms), starts on the CPU"
-                )
-            elif site.estimate_ms(job.cost, "cpu", g, job.rate_rps, P95_FACTOR) <= job.slo_ms:
-                why = f"cpu_preferred: lowest link + CPU that meets the SLO ({est:.1f} ms)"
-            else:
-                why = f"cpu_preferred: no free GPU helps; lowest link + CPU ({est:.1f} ms)"
+            site, backend, est, why = _link_cpu_preferred(job, sites, g)
         else:
-            best = _best(job, sites, backend, g, True)
-            if best is None:  # no GPU slot: start on CPU
-                backend = "cpu"
-                best = _best(job, sites, "cpu", g, False)
-            site, est = best
-            if backend == "gpu":
-                _take(site)
-            why = f"mode {job.mode}: lowest link + {backend.upper()} estimate ({est:.1f} ms)"
+            site, backend, est, why = _link_nearest(job, sites, g)
+        ests = _estimates(job, sites, g)
         out[job.name] = Placement(site.name, backend, dyn, est, why, ests, observe="e2e")
     return out
+
+
+def _link_cpu_preferred(job: Job, sites: list[Site], g: float) -> tuple[Site, str, float, str]:
+    """gaia-link for ``cpu_preferred``: the CPU that meets the SLO, else the nearest free
+    GPU (its slot planned for the promotion); starts on the CPU."""
+    scored = []
+    for i, s in enumerate(_candidates(job, sites)):
+        cpu = _cpu_ms(s, job, g)
+        gpu = s.estimate_ms(job.cost, "gpu", g, job.rate_rps)
+        ok = _cpu_ms(s, job, g, P95_FACTOR) <= job.slo_ms
+        score = cpu if ok or gpu is None or not s.gpu_slots_free else gpu
+        scored.append((score, i, s))
+    score, _i, site = min(scored)
+    est = _cpu_ms(site, job, g)
+    if score != est:  # placed for its GPU: plan the slot for the promotion
+        _take(site)
+        why = (
+            f"cpu_preferred: the CPU's p95 estimate misses the SLO; nearest free GPU "
+            f"(link + GPU {score:.1f} ms), starts on the CPU"
+        )
+    elif _cpu_ms(site, job, g, P95_FACTOR) <= job.slo_ms:
+        why = f"cpu_preferred: lowest link + CPU that meets the SLO ({est:.1f} ms)"
+    else:
+        why = f"cpu_preferred: no free GPU helps; lowest link + CPU ({est:.1f} ms)"
+    return site, "cpu", est, why
+
+
+def _link_nearest(job: Job, sites: list[Site], g: float) -> tuple[Site, str, float, str]:
+    """gaia-link for the other modes: Gaia's initial backend on the node with the lowest
+    link + backend estimate (a GPU needs a free slot, else the function starts on CPU)."""
+    backend = _initial_backend(job.mode)
+    best = _best(job, sites, backend, g, True)
+    if best is None:  # no GPU slot: start on CPU
+        backend = "cpu"
+        best = _best_cpu(job, sites, g)
+    site, est = best
+    if backend == "gpu":
+        _take(site)
+    why = f"mode {job.mode}: lowest link + {backend.upper()} estimate ({est:.1f} ms)"
+    return site, backend, est, why

@@ -196,6 +196,11 @@ def create_app(
         """SIGINT the launch (its run is marked interrupted); ``force``: SIGKILL."""
         return ctl.stop_job(job_id, force)
 
+    @app.get("/workloads", tags=["runs"])
+    async def workloads() -> list[dict[str, Any]]:
+        """Registered workloads: section, dashboard page, how many runs the store holds."""
+        return ctl.workloads()
+
     # -- runs -----------------------------------------------------------------------
     @app.get("/runs", tags=["runs"])
     async def runs() -> list[dict[str, Any]]:

@@ -52,6 +52,7 @@ from testbed.functions.placement import Cost, Job, Placement, Site, place
 from testbed.functions.runtime import DynamicRuntime, RuntimeThresholds
 from testbed.procs import ProcGroup
 from testbed.spec.models import Experiment, LinkSpec
+from testbed.workloads.base import RunContext
 
 START_TIMEOUT_S = 60.0
 
@@ -188,14 +189,10 @@ def percentile(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
 
-def run_functions(
-    exp: Experiment,
-    seed: int,
-    out_dir: Path,
-    report: Callable[[dict], None],
-    progress: Callable[[str, float], None],
-) -> dict[str, Any]:
+def run_functions(ctx: RunContext) -> dict[str, Any]:
     """Run ``exp.workload.functions``; returns the run summary."""
+    exp, seed, out_dir = ctx.experiment, ctx.seed, ctx.run_dir
+    report, progress = ctx.metric, ctx.progress
     spec: FunctionsSpec = exp.workload.functions
     fns = spec.functions
     sites_info = origin_links(exp, spec.origin)

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from testbed.report import write_pages
+from testbed.report_pages import write_pages
 from testbed.store import RunStore
 
 ORDER = ("static-cpu", "static-gpu", "gaia", "gaia-link")

@@ -191,9 +191,7 @@ def fl_summary(store: RunStore, run_id: str, rounds: int, ended: bool) -> dict[s
         "round_duration_s": per_round("round_duration_s"),
         "final_global_acc": acc.get(rounds),
         "node_status": nodes,
-        "peak_rss_mb": {
-            str(m.node): m.value for m in store.metrics(run_id, "peak_rss_mb")
-        },
+        "peak_rss_mb": {str(m.node): m.value for m in store.metrics(run_id, "peak_rss_mb")},
     }
 
 

@@ -113,6 +113,21 @@ class RunContext:
             self.observer.record({"kind": "progress", "name": desc, "value": frac})
 
 
+LINK_COUNTERS = ("bytes_up", "bytes_down", "partitioned_s", "stalled_s")
+
+
+def record_link_counters(
+    store: RunStore, run_id: str, counters: Mapping[str, Mapping[str, Any]]
+) -> None:
+    """Record what crossed each node's emulated link (``link_*`` metrics per node) and
+    every change of its parameters (``link_changed`` events)."""
+    for name, c in counters.items():
+        for key in LINK_COUNTERS:
+            store.add_metric(run_id, f"link_{key}", float(c.get(key) or 0), node=name)
+        for ch in c.get("changes", []):
+            store.add_event(run_id, "link_changed", node=name, **ch)
+
+
 class Workload(Protocol):
     """One kind of workload (a section of ``workload:`` in the spec).
 

@@ -19,9 +19,7 @@ from nodes.fl.config import FLSpec
 from testbed.chaos import ChaosEngine, finalize_statuses
 from testbed.store import RunStore
 from testbed.workloads import register_workload
-from testbed.workloads.base import RunContext
-
-LINK_COUNTERS = ("bytes_up", "bytes_down", "partitioned_s", "stalled_s")
+from testbed.workloads.base import RunContext, record_link_counters
 
 
 class TelemetryTail:
@@ -142,11 +140,7 @@ class FlRun:
         for nid, name in self.backend.node_ids().items():
             store.add_event(run_id, "node_identified", node=name, node_id=nid)
         self.backend.stop()
-        for name, c in links.items():  # bytes that crossed each emulated link
-            for key in LINK_COUNTERS:
-                store.add_metric(run_id, f"link_{key}", float(c.get(key) or 0), node=name)
-            for ch in c.get("changes", []):
-                store.add_event(run_id, "link_changed", node=name, **ch)
+        record_link_counters(store, run_id, links)
         for name, mb in self.peak.items():
             store.add_metric(run_id, "peak_rss_mb", mb, node=name)
         finalize_statuses(store, run_id, self.ctx.plan, self.spec.rounds)

@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from testbed.report_pages import write_pages
+from testbed.rows import RunRow
 from testbed.store import RunStore
 
 
@@ -83,53 +85,56 @@ def skew_label(assign: dict[str, Any]) -> str:
     return "default"
 
 
+def run_figures(store: RunStore, r: RunRow) -> RunFigures:
+    """One completed run's figures: its sweep assignment, metrics and silo classes."""
+    meta = json.loads((Path(r.artifact_dir or "") / "meta.json").read_text())
+    assign = meta.get("sweep_assignment", {})
+    faults = assign.get("faults") or []
+    f = faults[0] if faults else None
+    cond = "none" if f is None else ("permanent" if f["kind"] == "crash" else "transient")
+    fig = RunFigures(
+        r.run_id,
+        int(r.seed or 0),
+        skew_label(assign),
+        cond,
+        f.get("at_round") if f else None,
+        f.get("node") if f else None,
+        {},
+        {},
+        defaultdict(dict),
+        defaultdict(dict),
+        defaultdict(dict),
+    )
+    for m in store.metrics(r.run_id):
+        if m.round is not None and m.value is not None:
+            _add_metric(fig, m.name, str(m.node), m.round, m.value)
+    for e in store.events(r.run_id):
+        if e.kind == "silo_classes" and e.data:
+            fig.silo_classes[str(e.node)] = json.loads(e.data)["counts"]
+    return fig
+
+
+def _add_metric(fig: RunFigures, name: str, node: str, rnd: int, value: float) -> None:
+    """File one per-round metric of a run under the figure it belongs to."""
+    by_round = {"global_acc": fig.global_acc, "federated_acc": fig.federated_acc}
+    by_node = {"silo_acc": fig.silo_acc, "contribution": fig.contribution}
+    if name in by_round:
+        by_round[name][rnd] = value
+    elif name in by_node:
+        by_node[name][node][rnd] = value
+    elif name.startswith("class_acc/"):
+        fig.class_acc[int(name.split("/")[1])][rnd] = value
+
+
 def load_sweep(store: RunStore, sweep_id: str) -> list[RunFigures]:
-    """Figures of every completed run of a sweep."""
-    out = []
-    for r in store.runs(sweep_id):
-        if r.status != "completed" or not r.artifact_dir:
-            continue
-        meta = json.loads((Path(r.artifact_dir) / "meta.json").read_text())
-        assign = meta.get("sweep_assignment", {})
-        faults = assign.get("faults") or []
-        f = faults[0] if faults else None
-        cond = "none" if f is None else ("permanent" if f["kind"] == "crash" else "transient")
-        fig = RunFigures(
-            r.run_id,
-            int(r.seed or 0),
-            skew_label(assign),
-            cond,
-            f.get("at_round") if f else None,
-            f.get("node") if f else None,
-            {},
-            {},
-            defaultdict(dict),
-            defaultdict(dict),
-            defaultdict(dict),
-        )
-        for rnd, node, name, value, _t in store.metrics(r.run_id):
-            if rnd is None:
-                continue
-            if name == "global_acc":
-                fig.global_acc[rnd] = value
-            elif name == "federated_acc":
-                fig.federated_acc[rnd] = value
-            elif name == "silo_acc":
-                fig.silo_acc[node][rnd] = value
-            elif name == "contribution":
-                fig.contribution[node][rnd] = value
-            elif name.startswith("class_acc/"):
-                fig.class_acc[int(name.split("/")[1])][rnd] = value
-        for _i, _t, kind, _r, node, data in store.events(r.run_id):
-            if kind == "silo_classes":
-                fig.silo_classes[node] = json.loads(data)["counts"]
-        if fig.global_acc:
-            out.append(fig)
-    return out
+    """Figures of every completed run of a sweep (runs without a global accuracy skipped)."""
+    runs = [r for r in store.runs(sweep_id) if r.status == "completed" and r.artifact_dir]
+    return [fig for fig in (run_figures(store, r) for r in runs) if fig.global_acc]
 
 
-def _ms(vals: list[float]) -> str:
-    vals = [v for v in vals if v is not None]
+def _ms(values: Sequence[float | None]) -> str:
+    """``mean ± std`` of the values that exist ("-" when none)."""
+    vals = [v for v in values if v is not None]
     if not vals:
         return "-"
     sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
@@ -186,7 +191,9 @@ def summarize(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
         delta = [f.global_acc[f.rounds] - b.global_acc[b.rounds] for f, b in paired]
         own = [_final_silo(f, node) for f, _ in paired]
         own_base = [_final_silo(b, node) for _, b in paired]
-        silo_delta = [a - b for a, b in zip(own, own_base, strict=True) if None not in (a, b)]
+        silo_delta = [
+            a - b for a, b in zip(own, own_base, strict=True) if a is not None and b is not None
+        ]
         before = [f.classes_acc(f.own_classes(node), max((f.fail_round or 2) - 1, 1)) for f in fs]
         after = [f.classes_acc(f.own_classes(node), r) for f, r in zip(fs, R, strict=True)]
         contrib = [
@@ -221,32 +228,47 @@ def _skew_key(s: str) -> float:
     return -float(s.split("=")[1]) if s.startswith("alpha=") else 0.0
 
 
-def plots(figs: list[RunFigures], out: Path) -> list[str]:
-    """Write the report's PNGs; return their file names."""
-    import matplotlib
+def _mean(values: Sequence[float | None], empty: float) -> float:
+    vals = [v for v in values if v is not None]
+    return statistics.mean(vals) if vals else empty
 
-    matplotlib.use("Agg")
+
+def _std(values: Sequence[float | None]) -> float:
+    vals = [v for v in values if v is not None]
+    return statistics.stdev(vals) if len(vals) > 1 else 0.0
+
+
+def _mean_curve(fs: list[RunFigures], attr: str) -> tuple[list[int], list[float]]:
+    """Rounds every run has, and the mean of ``attr`` over the runs at each."""
+    rounds = sorted(set.intersection(*(set(getattr(f, attr)) for f in fs)))
+    return rounds, [statistics.mean(getattr(f, attr)[r] for f in fs) for r in rounds]
+
+
+def _save(fig: Any, out: Path, name: str) -> str:
     import matplotlib.pyplot as plt
 
-    files = []
+    fig.tight_layout()
+    fig.savefig(out / name, dpi=110)
+    plt.close(fig)
+    return name
+
+
+def plot_accuracy(figs: list[RunFigures], out: Path) -> str:
+    """Accuracy vs round per condition and skew, the failure round marked."""
+    import matplotlib.pyplot as plt
+
     skews = sorted({f.skew for f in figs}, key=_skew_key)
     fail_rounds = sorted({f.fail_round for f in figs if f.fail_round is not None})
-
-    def mean_curve(fs: list[RunFigures], attr: str) -> tuple[list[int], list[float]]:
-        rounds = sorted(set.intersection(*(set(getattr(f, attr)) for f in fs)))
-        return rounds, [statistics.mean(getattr(f, attr)[r] for f in fs) for r in rounds]
-
-    # 1. accuracy vs round per condition, failure marked
     fig, axes = plt.subplots(
         1, len(skews), figsize=(4 * len(skews), 3.4), sharey=True, squeeze=False
     )
     for ax, skew in zip(axes[0], skews, strict=True):
-        conds = defaultdict(list)
+        conds: dict[str, list[RunFigures]] = defaultdict(list)
         for f in figs:
             if f.skew == skew:
                 conds[_timing(f, fail_rounds)].append(f)
         for label, fs in sorted(conds.items(), key=lambda kv: _timing_key(kv[0])):
-            x, y = mean_curve(fs, "global_acc")
+            x, y = _mean_curve(fs, "global_acc")
             (line,) = ax.plot(x, y, label=label, lw=2 if label == "baseline" else 1)
             if fs[0].fail_round:
                 ax.axvline(fs[0].fail_round - 0.5, color=line.get_color(), ls=":", lw=0.8)
@@ -255,70 +277,90 @@ def plots(figs: list[RunFigures], out: Path) -> list[str]:
     axes[0][0].set_ylabel("global test accuracy (measured)")
     for ax in axes[0]:
         ax.legend(fontsize=5, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(out / "accuracy_vs_round.png", dpi=110)
-    files.append("accuracy_vs_round.png")
-    plt.close(fig)
+    return _save(fig, out, "accuracy_vs_round.png")
 
-    # 2. optimism vs skew (final round), baseline vs with failure
+
+def plot_optimism(figs: list[RunFigures], out: Path) -> str:
+    """Optimism (final round) vs skew, baseline vs with failure."""
+    import matplotlib.pyplot as plt
+
+    skews = sorted({f.skew for f in figs}, key=_skew_key)
     fig, ax = plt.subplots(figsize=(5, 3.4))
     for cond in ("none", "permanent", "transient"):
-        ys = []
-        for skew in skews:
-            vals = [
-                f.optimism().get(f.rounds) for f in figs if f.skew == skew and f.condition == cond
-            ]
-            vals = [v for v in vals if v is not None]
-            ys.append(statistics.mean(vals) if vals else float("nan"))
+        ys = [
+            _mean(
+                [f.optimism().get(f.rounds) for f in figs if f.skew == s and f.condition == cond],
+                float("nan"),
+            )
+            for s in skews
+        ]
         ax.plot(skews, ys, "o-", label="baseline" if cond == "none" else f"{cond} failure")
     ax.axhline(0, color="grey", lw=0.6)
     ax.set_ylabel("optimism = federated - global acc")
     ax.set_xlabel("label skew")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "optimism_vs_skew.png", dpi=110)
-    files.append("optimism_vs_skew.png")
-    plt.close(fig)
+    return _save(fig, out, "optimism_vs_skew.png")
 
-    # 3. final accuracy vs failure timing, and 4. failed silo's own accuracy
-    for fname, getter, ylabel in (
-        ("final_acc_vs_timing.png", lambda f: f.global_acc[f.rounds], "final global accuracy"),
-        (
+
+def plot_bars(
+    figs: list[RunFigures],
+    out: Path,
+    fname: str,
+    getter: Callable[[RunFigures], float | None],
+    ylabel: str,
+) -> str:
+    """Bars of ``getter`` per failure timing and skew, mean ± std over seeds."""
+    import matplotlib.pyplot as plt
+
+    skews = sorted({f.skew for f in figs}, key=_skew_key)
+    fail_rounds = sorted({f.fail_round for f in figs if f.fail_round is not None})
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    labels = sorted({_timing(f, fail_rounds) for f in figs}, key=_timing_key)
+    width = 0.8 / max(len(skews), 1)
+    for i, skew in enumerate(skews):
+        groups = [
+            [getter(f) for f in figs if f.skew == skew and _timing(f, fail_rounds) == lab]
+            for lab in labels
+        ]
+        ax.bar(
+            [j + i * width for j in range(len(labels))],
+            [_mean(g, 0.0) for g in groups],
+            width,
+            yerr=[_std(g) for g in groups],  # std over seeds
+            capsize=2,
+            error_kw={"lw": 0.7},
+            label=skew,
+        )
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(labels))])
+    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel(f"{ylabel}\nmean ± std over seeds", fontsize=8)
+    ax.legend(fontsize=6)
+    return _save(fig, out, fname)
+
+
+def plots(figs: list[RunFigures], out: Path) -> list[str]:
+    """Write the report's PNGs; return their file names."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    return [
+        plot_accuracy(figs, out),
+        plot_optimism(figs, out),
+        plot_bars(
+            figs,
+            out,
+            "final_acc_vs_timing.png",
+            lambda f: f.global_acc[f.rounds],
+            "final global accuracy",
+        ),
+        plot_bars(
+            figs,
+            out,
             "failed_silo_acc.png",
             lambda f: _final_silo(f, f.failed_node or "silo-2"),
             "failed silo's own test accuracy (final)",
         ),
-    ):
-        fig, ax = plt.subplots(figsize=(6, 3.4))
-        labels = sorted({_timing(f, fail_rounds) for f in figs}, key=_timing_key)
-        width = 0.8 / max(len(skews), 1)
-        for i, skew in enumerate(skews):
-            ys, spread = [], []
-            for lab in labels:
-                vals = [
-                    getter(f) for f in figs if f.skew == skew and _timing(f, fail_rounds) == lab
-                ]
-                vals = [v for v in vals if v is not None]
-                ys.append(statistics.mean(vals) if vals else 0)
-                spread.append(statistics.stdev(vals) if len(vals) > 1 else 0)
-            ax.bar(
-                [j + i * width for j in range(len(labels))],
-                ys,
-                width,
-                yerr=spread,  # std over seeds
-                capsize=2,
-                error_kw={"lw": 0.7},
-                label=skew,
-            )
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(labels))])
-        ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=7)
-        ax.set_ylabel(f"{ylabel}\nmean ± std over seeds", fontsize=8)
-        ax.legend(fontsize=6)
-        fig.tight_layout()
-        fig.savefig(out / fname, dpi=110)
-        files.append(fname)
-        plt.close(fig)
-    return files
+    ]
 
 
 def write_failure_study(store: RunStore, sweep_id: str, out: Path) -> tuple[Path, Path]:

@@ -35,7 +35,9 @@ ARTIFACT_SUFFIXES = (".png", ".json", ".csv")
 class UserError(Exception):
     """A request the controller cannot honour; ``status`` is the HTTP status."""
 
-    def __init__(self, status: int, message: str, problems: list[dict] | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, problems: list[dict[str, Any]] | None = None
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.problems = status, message, problems or []
 
@@ -316,13 +318,8 @@ class Controller:
     def events_since(self, run_id: str, since: int) -> dict[str, Any]:
         run = self._run(run_id)
         rows = self.store.events(run.run_id, since)
-        keys = ("id", "ts", "kind", "round", "node", "data")
-        out = []
-        for r in rows:
-            d = dict(zip(keys, r, strict=True))
-            d["data"] = json.loads(d["data"]) if d["data"] else {}
-            out.append(d)
-        return {"rows": out, "cursor": rows[-1][0] if rows else since}
+        out = [{**e._asdict(), "data": json.loads(e.data) if e.data else {}} for e in rows]
+        return {"rows": out, "cursor": rows[-1].id if rows else since}
 
     def tagged_metrics(self, run_id: str) -> list[dict[str, Any]]:
         """Every metric row of a run with its tags (scheme, num_tasks, snr_db, eps, kind...)."""

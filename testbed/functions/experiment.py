@@ -200,6 +200,11 @@ def start_nodes(backend: Any, prep: Prepared, ctx: RunContext) -> dict[str, Func
                           "--profile-json", prof.model_dump_json(),
                           "--host-gflops", str(prep.host_gflops), "--gpu", prep.spec.gpu,
                           "--port-file", str(files[name]), "--port", str(ports[name])]  # fmt: skip
+    if not hasattr(backend, "start_services"):
+        raise ValueError(
+            f"--backend {backend.name}: the functions workload needs a backend that starts "
+            "service nodes (start_services); use --backend local"
+        )
     reach = backend.start_services(commands, ports, START_TIMEOUT_S)
     return {
         name: FunctionNode(name, ports[name], read_port_file(files[name])["gpu"], reach[name])

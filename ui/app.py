@@ -28,5 +28,8 @@ pages = [
 ]
 # each workload's page, as its registered class names it (testbed.workloads), shown
 # once the store holds runs of it
-pages += [st.Page(**page) for page in client.workload_pages()]
+pages += [
+    st.Page(p["path"], title=p["title"], icon=p["icon"], url_path=p["url_path"])
+    for p in client.workload_pages()
+]
 st.navigation(pages).run()

@@ -276,9 +276,9 @@ def run_functions(ctx: RunContext) -> dict[str, Any]:
     try:
         nodes = start_nodes(backend, prep, ctx)
         backend.start_schedules()
-        chaos = ChaosEngine(ctx.plan, backend, ctx.store, ctx.run_id, ctx.seed)
-        chaos.start()
         deploy(prep, nodes, metric)
+        chaos = ChaosEngine(ctx.plan, backend, ctx.store, ctx.run_id, ctx.seed)
+        chaos.start()  # the fleet is ready when its functions are: at_time_s counts from here
         load = LoadRun(load_plan(prep), nodes, prep.slots_free(), metric, ctx.progress, chaos.tick)
         wall_load = load.run()
         stats = node_stats(nodes)

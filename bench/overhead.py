@@ -31,9 +31,10 @@ from nodes.agent import flower_bin, superlink_command, supernode_command  # noqa
 from testbed.backends.local import APP_DIR, _env  # noqa: E402
 from testbed.planner import make_plan  # noqa: E402
 from testbed.procs import ProcGroup, free_port, wait_port  # noqa: E402
-from testbed.runner import TelemetryTail, run_experiment  # noqa: E402
+from testbed.runner import run_experiment  # noqa: E402
 from testbed.spec.loader import load_spec, parse_set  # noqa: E402
 from testbed.store import RunStore  # noqa: E402
+from testbed.workloads.fl import TelemetryTail  # noqa: E402
 
 
 def bare_flower(plan, work: Path) -> dict:

@@ -59,7 +59,9 @@ def make_plan(exp: Experiment, seed: int | None = None) -> Plan:
     """Resolve nodes (replicas, profiles, roles, partition ids) and their uplinks."""
     nodes: list[PlannedNode] = []
     server_tier = "cloud"
-    if exp.fleet is not None:
+    if exp.workload.functions is not None:  # requests come from the origin: links lead there
+        server_tier = exp.workload.functions.origin
+    elif exp.fleet is not None:
         server_tier = next((n.tier for n in exp.fleet.nodes if n.fl_role == "server"), "cloud")
     pid = 0
     for spec in exp.fleet.nodes if exp.fleet else []:

@@ -10,25 +10,18 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import yaml
 
-from testbed.backends import get_backend
-from testbed.chaos import ChaosEngine, finalize_statuses
-from testbed.planner import Plan, make_plan
+from testbed.planner import make_plan
 from testbed.spec.models import Experiment
 from testbed.store import RunStore
+from testbed.workloads import Observer, RunContext, section_of, workload
+
+__all__ = ["Observer", "RunResult", "run_experiment", "sweep_items", "sweep_id_of"]
 
 PACKAGES = ("flwr", "torch", "numpy", "scikit-learn", "pydantic", "sionna-no-rt", "tensorly")
-
-
-class Observer(Protocol):
-    """Receives progress of a run (the CLI draws it; tests may record it)."""
-
-    def started(self, run_id: str, plan: Plan) -> None: ...
-    def record(self, rec: dict[str, Any]) -> None: ...
-    def finished(self, result: RunResult) -> None: ...
 
 
 @dataclass
@@ -86,24 +79,6 @@ def snapshot(exp: Experiment, seed: int, run_dir: Path, extra: dict[str, Any]) -
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
 
 
-class TelemetryTail:
-    """Follow a JSONL file, returning whole new lines."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-
-    def read(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            data = f.read()
-        end = data.rfind(b"\n") + 1
-        self.offset += end
-        return [json.loads(line) for line in data[:end].splitlines() if line.strip()]
-
-
 def run_experiment(
     exp: Experiment,
     store: RunStore,
@@ -141,13 +116,9 @@ def run_experiment(
     t0 = time.time()
     status, summary = "failed", {}
     plan = make_plan(exp, seed)
+    ctx = RunContext(plan, run_id, run_dir, store, backend, backend_options or {}, observer)
     try:
-        if exp.workload.fl is not None:
-            summary = _run_fl(
-                plan, run_id, run_dir, store, backend, observer, backend_options or {}
-            )
-        else:
-            summary = _run_library(exp, seed, run_id, run_dir, store, observer)
+        summary = workload(section_of(exp)).run(ctx)
         status = summary.pop("status", "completed")
     except KeyboardInterrupt:
         status, summary = "interrupted", {"reason": "interrupted by user (Ctrl-C)"}
@@ -164,177 +135,6 @@ def run_experiment(
         if observer:
             observer.finished(result)
     return result
-
-
-def _run_fl(
-    plan: Plan,
-    run_id: str,
-    run_dir: Path,
-    store: RunStore,
-    backend_name: str,
-    observer: Observer | None,
-    backend_options: dict[str, Any],
-) -> dict[str, Any]:
-    spec = plan.experiment.workload.fl
-    assert spec is not None
-    backend = get_backend(backend_name)(plan, run_dir, **backend_options)
-    tail = TelemetryTail(run_dir / "telemetry.jsonl")
-    peak: dict[str, float] = {}
-    ended = False
-    chaos: ChaosEngine | None = None
-
-    def pump() -> None:
-        nonlocal ended
-        recs = tail.read()
-        if recs:
-            store.ingest(run_id, recs)
-            for r in recs:
-                ended |= r.get("kind") == "event" and r.get("name") == "run_end"
-                if chaos:
-                    chaos.on_record(r)
-                if observer:
-                    observer.record(r)
-        if chaos:
-            chaos.tick()
-        for name, mb in backend.rss_mb().items():
-            peak[name] = max(peak.get(name, 0.0), mb)
-
-    if observer:
-        observer.started(run_id, plan)
-    try:
-        store.add_event(run_id, "fleet_starting", nodes=[n.name for n in plan.nodes])
-        backend.start()
-        store.add_event(run_id, "fleet_ready", superlink_port=backend.superlink_port)
-        for name, lim in backend.node_limits().items():
-            store.add_event(run_id, "node_limits", node=name, **lim)
-        chaos = ChaosEngine(plan, backend, store, run_id, plan.seed)
-        chaos.start()
-        backend.start_schedules()
-        space = backend.space_model()
-        if space is not None:  # orbital record: windows, compression, assignment
-            rec = space.record()
-            (run_dir / "space.json").write_text(json.dumps(rec, indent=1, default=str))
-            store.add_event(
-                run_id,
-                "space_clock",
-                start_utc=rec.get("start_utc"),
-                time_compression=space.compression,
-            )
-        proc = backend.submit(
-            {
-                "fl-spec": spec.model_dump_json(),
-                "seed": plan.seed,
-                "node-names": json.dumps(plan.client_names()),
-                "telemetry-path": str((run_dir / "telemetry.jsonl").resolve()),
-                "artifact-dir": str(run_dir.resolve()),
-            }
-        )
-        deadline = time.time() + spec.round_timeout_s * (spec.rounds + 2) + 120
-        restarts = 0
-        while time.time() < deadline and not ended:
-            pump()
-            if proc.poll() is not None:
-                time.sleep(0.5)
-                pump()
-                # The log stream drops when the SuperLink restarts (fault
-                # superlink-restart); the run itself goes on: stream it again.
-                now = backend.superlink_restarts
-                if ended or now == restarts or backend.flwr_run_id() is None:
-                    break
-                restarts = now
-                proc = backend.attach(backend.flwr_run_id())
-                store.add_event(run_id, "stream_reattached", after_restarts=now)
-            time.sleep(0.25)
-        if not ended and proc.poll() is None:
-            raise TimeoutError("the Flower run did not finish in time (see logs/flwr-run.log)")
-    finally:
-        pump()
-        links = backend.link_counters()
-        for nid, name in backend.node_ids().items():
-            store.add_event(run_id, "node_identified", node=name, node_id=nid)
-        backend.stop()
-        for name, c in links.items():  # bytes that crossed each emulated link
-            for key in ("bytes_up", "bytes_down", "partitioned_s", "stalled_s"):
-                store.add_metric(run_id, f"link_{key}", float(c.get(key) or 0), node=name)
-            for ch in c.get("changes", []):
-                store.add_event(run_id, "link_changed", node=name, **ch)
-        for name, mb in peak.items():
-            store.add_metric(run_id, "peak_rss_mb", mb, node=name)
-        finalize_statuses(store, run_id, plan, spec.rounds)
-        _round_clock(store, run_id, backend.space_model())
-    return _fl_summary(store, run_id, plan, ended)
-
-
-def _round_clock(store: RunStore, run_id: str, space) -> None:
-    """Per round: participation (completed nodes), wall time since the fleet was ready
-    and, for a space tier, orbital time (wall x time compression)."""
-    events = store.events(run_id)
-    ready = next((ts for _i, ts, k, *_ in events if k == "fleet_ready"), None)
-    done: dict[int, int] = {}
-    for r, _n, status, _why in store.round_status(run_id):
-        done[r] = done.get(r, 0) + (status == "completed")
-    for r, n in done.items():
-        store.add_metric(run_id, "participation", n, round=r)
-    for _i, ts, kind, r, _n, _d in events:
-        if kind == "round_end" and ready is not None and r is not None:
-            store.add_metric(run_id, "wall_time_s", ts - ready, round=r)
-            if space is not None:
-                store.add_metric(
-                    run_id, "orbital_time_s", (ts - ready) * space.compression, round=r
-                )
-
-
-def _fl_summary(store: RunStore, run_id: str, plan: Plan, ended: bool) -> dict[str, Any]:
-    acc = {r: v for r, _n, _k, v, _t in store.metrics(run_id, "global_acc")}
-    fed = {r: v for r, _n, _k, v, _t in store.metrics(run_id, "federated_acc")}
-    dur = {r: v for r, _n, _k, v, _t in store.metrics(run_id, "round_duration_s")}
-    peak = {n: v for _r, n, _k, v, _t in store.metrics(run_id, "peak_rss_mb")}
-    nodes = {}
-    for r, node, st, _reason in store.round_status(run_id):
-        nodes.setdefault(node, {})[r] = st
-    rounds = plan.experiment.workload.fl.rounds  # type: ignore[union-attr]
-    return {
-        "status": "completed" if ended else "failed",
-        "rounds": rounds,
-        "global_acc": {int(k): v for k, v in acc.items() if k is not None},
-        "federated_acc": {int(k): v for k, v in fed.items() if k is not None},
-        "round_duration_s": {int(k): v for k, v in dur.items() if k is not None},
-        "final_global_acc": acc.get(rounds),
-        "node_status": nodes,
-        "peak_rss_mb": peak,
-    }
-
-
-def _run_library(
-    exp: Experiment,
-    seed: int,
-    run_id: str,
-    run_dir: Path,
-    store: RunStore,
-    observer: Observer | None,
-) -> dict[str, Any]:
-    """Workloads that run in-process (radio, compression): same store, same records."""
-    from testbed.workloads import run_workload
-
-    def report(row: dict[str, Any]) -> None:
-        store.add_metric(
-            run_id,
-            row["name"],
-            row["value"],
-            round=row.get("step"),
-            node=row.get("node"),
-            tags=row.get("tags"),
-        )
-        if observer:
-            observer.record({"kind": "metric", **row})
-
-    def progress(desc: str, frac: float) -> None:
-        if observer:
-            observer.record({"kind": "progress", "name": desc, "value": frac})
-
-    if observer:
-        observer.started(run_id, make_plan(exp, seed))
-    return run_workload(exp, seed, run_dir, report, progress)
 
 
 @dataclass(frozen=True)

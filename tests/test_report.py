@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from testbed.report import _timing_key
+from testbed.failure_study import _timing_key
 
 
 def test_conditions_are_ordered_baseline_then_early_mid_late() -> None:

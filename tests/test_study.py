@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from nodes.fl import task
-from testbed.report import load_sweep, write_report
+from testbed.failure_study import load_sweep
+from testbed.report import write_report
 from testbed.runner import run_experiment
 from testbed.spec.loader import parse_spec
 from testbed.store import RunStore

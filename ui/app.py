@@ -2,8 +2,9 @@
 
 Every page gets its data from the controller over HTTP (``ui/client.py``); set
 ``TESTBED_CONTROLLER_URL`` (default http://127.0.0.1:8000) and ``TESTBED_TOKEN`` if the
-controller wants one. ``testbed up`` starts both. The Radio, Compression and Functions
-pages show only when the store holds runs of those workloads.
+controller wants one. ``testbed up`` starts both. A workload's own page (Radio,
+Compression, Functions) comes from the controller's ``/workloads`` (the workloads
+registry) and shows only when the store holds runs of that workload.
 """
 
 import streamlit as st
@@ -25,27 +26,10 @@ pages = [
     st.Page("screens/chaos.py", title="Chaos", icon=":material/bolt:", url_path="chaos"),
     st.Page("screens/results.py", title="Results", icon=":material/compare:", url_path="results"),
 ]
-workloads = {r["workload"] for r in client.runs()}
-if "semantic_mux" in workloads:
-    pages.append(
-        st.Page("screens/radio.py", title="Radio", icon=":material/cell_tower:", url_path="radio")
-    )
-if "compress" in workloads:
-    pages.append(
-        st.Page(
-            "screens/compression.py",
-            title="Compression",
-            icon=":material/compress:",
-            url_path="compression",
-        )
-    )
-if "functions" in workloads:
-    pages.append(
-        st.Page(
-            "screens/functions.py",
-            title="Functions",
-            icon=":material/function:",
-            url_path="functions",
-        )
-    )
+# each workload's page, as its registered class names it (testbed.workloads), shown
+# once the store holds runs of it
+pages += [
+    st.Page(p["path"], title=p["title"], icon=p["icon"], url_path=p["url_path"])
+    for p in client.workload_pages()
+]
 st.navigation(pages).run()

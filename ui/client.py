@@ -139,6 +139,12 @@ def stop_launch(job_id: str) -> dict[str, Any]:
 
 # -- runs ----------------------------------------------------------------------------------
 @st.cache_data(ttl=2, show_spinner=False)
+def workload_pages() -> list[dict[str, str]]:
+    """The dashboard pages of the workloads the store holds runs of (``st.Page`` args)."""
+    return [w["page"] for w in _get("/workloads") if w["page"] and w["runs"]]
+
+
+@st.cache_data(ttl=2, show_spinner=False)
 def runs() -> list[dict[str, Any]]:
     """Every run in the store, newest first."""
     return _get("/runs")

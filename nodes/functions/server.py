@@ -194,9 +194,7 @@ class NodeRuntime:
         b.v_free = b.ready
         return b
 
-    def deploy(
-        self, name: str, module: str, kind: str, warmup: Request | None = None
-    ) -> ColdStart:
+    def deploy(self, name: str, module: str, kind: str, warmup: Request | None = None) -> ColdStart:
         b = self._start_backend(module, kind, warmup)
         fn = Function(name, module, warmup, b)
         with self._lock:
@@ -371,12 +369,19 @@ def make_handler(rt: NodeRuntime) -> type[RuntimeHandler]:
 
 
 def serve(
-    node: str, profile: dict[str, Any], host_gflops: float, gpu: str, port_file: str | None
+    node: str,
+    profile: dict[str, Any],
+    host_gflops: float,
+    gpu: str,
+    port_file: str | None,
+    port: int = 0,
 ) -> int:
+    """Serve node ``node``'s function runtime on 127.0.0.1:``port`` (0: a free one,
+    written to ``port_file`` with the pid and the GPU backend) until SIGTERM/SIGINT."""
     from nodes.agent import watch_parent
 
     rt = NodeRuntime(node, profile, host_gflops, gpu)
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(rt))
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), make_handler(rt))
     httpd.daemon_threads = True
 
     def stop(_signum: int, _frame: object) -> None:
@@ -385,7 +390,7 @@ def serve(
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     watch_parent()
-    port = httpd.server_address[1]
+    port = int(httpd.server_address[1])
     if port_file:
         tmp = Path(port_file + ".tmp")
         tmp.write_text(json.dumps({"port": port, "pid": os.getpid(), "gpu": rt.gpu}))
@@ -405,8 +410,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host-gflops", type=float, required=True)
     ap.add_argument("--gpu", choices=("auto", "emulated", "cuda"), default="auto")
     ap.add_argument("--port-file", default=None)
+    ap.add_argument("--port", type=int, default=0, help="listen port (0: a free one)")
     a = ap.parse_args(argv)
-    return serve(a.node, json.loads(a.profile_json), a.host_gflops, a.gpu, a.port_file)
+    return serve(a.node, json.loads(a.profile_json), a.host_gflops, a.gpu, a.port_file, a.port)
 
 
 if __name__ == "__main__":

@@ -219,7 +219,7 @@ class LocalBackend:
         own ``schedule``, or its passes over the ground stations (space tier)."""
         t0 = time.monotonic()
         space = self.space_model()
-        for node in self.plan.clients:
+        for node in self.plan.nodes:  # (the nodes of start_services may include a server)
             link = self._links.get(node.name)
             if link is None:
                 continue
@@ -242,8 +242,8 @@ class LocalBackend:
         return (self.run_dir / "nodes" / name / "control.json").resolve()
 
     def start_node(self, name: str) -> tuple[int, Popen]:
-        node = next(n for n in self.plan.clients if n.name == name)
         if name not in self._cmds:
+            node = next(n for n in self.plan.clients if n.name == name)
             port = free_port()
             config = node.node_config(len(self.plan.clients))
             config["control-path"] = str(self.control_path(name))
@@ -265,6 +265,52 @@ class LocalBackend:
             env=_env(self.run_dir / "nodes" / name),
         )
         return self.node_ports[name], p
+
+    def start_services(
+        self, commands: Mapping[str, list[str]], ports: Mapping[str, int], timeout_s: float = 60.0
+    ) -> dict[str, int]:
+        """Start nodes that run a workload's own server instead of a SuperNode
+        (the functions runtime), each behind its link unless ``links.mode`` is ``none``.
+
+        Parameters
+        ----------
+        commands : Mapping[str, list[str]]
+            Node name -> the command of its server (restarted as is by ``node().start``).
+        ports : Mapping[str, int]
+            Node name -> the 127.0.0.1 port its server listens on.
+        timeout_s : float
+            How long a server may take to listen, s.
+
+        Returns
+        -------
+        dict[str, int]
+            Node name -> the 127.0.0.1 port that reaches it through its link (a shaping
+            proxy relaying to the server; the server's own port without links).
+        """
+        from testbed.emulation.kinds import LINK_KINDS
+
+        planned = {n.name: n for n in self.plan.nodes}
+        for name, cmd in commands.items():
+            self._cmds[name], self.node_ports[name] = list(cmd), ports[name]
+            self.start_node(name)
+        for name in commands:
+            wait_port(ports[name], timeout_s, self.procs.procs[name])
+        reach = dict(ports)
+        if self.plan.experiment.links.mode == "none":
+            return reach
+        for i, name in enumerate(commands):
+            link = LINK_KINDS["proxy"](
+                name,
+                planned[name].uplink.params(),
+                index=i,
+                seed=self.plan.seed * 1000 + i,
+                server_host="127.0.0.1",
+                server_port=ports[name],
+            )
+            link.start()
+            self._links[name] = link
+            reach[name] = int(link.connect_address(ports[name]).rsplit(":", 1)[1])
+        return reach
 
     # -- nodes and links as the fault kinds see them (testbed.backends.base) ------------
     def node(self, name: str) -> LocalNode:

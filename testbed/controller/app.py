@@ -221,6 +221,11 @@ def runs_routes(ctl: Controller) -> APIRouter:
     """Runs in the store: status, metrics, events, artifacts, fleet, comparison."""
     r = APIRouter(tags=["runs"])
 
+    @r.get("/workloads")
+    async def workloads() -> list[dict[str, Any]]:
+        """Registered workloads: section, dashboard page, how many runs the store holds."""
+        return ctl.workloads()
+
     @r.get("/runs")
     async def runs() -> list[dict[str, Any]]:
         """Every run in the store, newest first."""

@@ -44,7 +44,7 @@ class Job:
     overrides: list[str]
     total: int
     sweep_id: str | None
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
     log_path: Path
     started_at: float = field(default_factory=time.time)
     stop_requested_at: float | None = None

@@ -13,6 +13,7 @@ import os
 import signal
 import tempfile
 import time
+from dataclasses import asdict
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from testbed.controller.jobs import Job, JobManager
 from testbed.planner import Plan, make_plan
 from testbed.spec.loader import SpecError, expand, parse_set, parse_spec
 from testbed.store import RunRow, RunStore
+from testbed.workloads import WORKLOADS, load_builtin, section_of, section_of_spec, workload
 
 SUFFIXES = (".yaml", ".yml")
 TOPOLOGY_KEYS = ("name", "seed", "profiles", "fleet", "links")
@@ -33,7 +35,9 @@ ARTIFACT_SUFFIXES = (".png", ".json", ".csv")
 class UserError(Exception):
     """A request the controller cannot honour; ``status`` is the HTTP status."""
 
-    def __init__(self, status: int, message: str, problems: list[dict] | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, problems: list[dict[str, Any]] | None = None
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.problems = status, message, problems or []
 
@@ -126,7 +130,7 @@ class Controller:
             "configurations": len(expanded),
             "repetitions": exp.repetitions,
             "runs": len(expanded) * exp.repetitions,
-            "workload": self._workload_kind(exp.model_dump(mode="json")),
+            "workload": section_of(exp),
             "grid": {k: list(v) for k, v in exp.sweep.grid.items()},
         }
 
@@ -229,11 +233,21 @@ class Controller:
         text = _resolved(run.artifact_dir or "") if run.artifact_dir else None
         return yaml.safe_load(text) if text else {}
 
-    @staticmethod
-    def _workload_kind(spec: dict[str, Any]) -> str | None:
-        w = spec.get("workload") or {}
-        kinds = ("fl", "semantic_mux", "compress", "functions")
-        return next((k for k in kinds if w.get(k)), None)
+    def workloads(self) -> list[dict[str, Any]]:
+        """Every registered workload: its section, its dashboard page (or None) and how
+        many runs of it the store holds (the dashboard shows pages of those it holds)."""
+        counts: dict[str | None, int] = {}
+        for r in self.store.runs():
+            kind = section_of_spec(self._spec_dict(r))
+            counts[kind] = counts.get(kind, 0) + 1
+        return [
+            {
+                "section": name,
+                "page": asdict(cls.page) if cls.page else None,
+                "runs": counts.get(name, 0),
+            }
+            for name, cls in ((n, WORKLOADS[n]) for n in load_builtin())
+        ]
 
     def plan_of(self, run: RunRow) -> Plan:
         """The run's plan, from the resolved spec it snapshotted."""
@@ -268,7 +282,7 @@ class Controller:
             "finished_at": run.finished_at,
             "wall_s": s.get("wall_s"),
             "final_global_acc": s.get("final_global_acc"),
-            "workload": self._workload_kind(self._spec_dict(run)),
+            "workload": section_of_spec(self._spec_dict(run)),
             "job_id": job.job_id if job else None,
         }
 
@@ -281,14 +295,15 @@ class Controller:
         """One run: its row, summary, metadata and round progress."""
         run = self._run(run_id)
         spec = self._spec_dict(run)
-        fl = (spec.get("workload") or {}).get("fl") or {}
+        kind = section_of_spec(spec)
+        section = (spec.get("workload") or {}).get(kind) or {}
         ends = [e for e in self.store.events(run.run_id) if e[2] in ("round_end", "fleet_ready")]
         meta_path = Path(run.artifact_dir or "") / "meta.json"
         return {
             **self.run_row(run),
             "summary": run.summary_dict,
             "meta": json.loads(meta_path.read_text()) if meta_path.is_file() else {},
-            "rounds_total": fl.get("rounds"),
+            "rounds_total": workload(kind).rounds(section) if kind else None,
             "rounds_done": max((e[3] or 0 for e in ends if e[2] == "round_end"), default=0),
             "fleet_ready": any(e[2] == "fleet_ready" for e in ends),
         }
@@ -309,13 +324,8 @@ class Controller:
     def events_since(self, run_id: str, since: int) -> dict[str, Any]:
         run = self._run(run_id)
         rows = self.store.events(run.run_id, since)
-        keys = ("id", "ts", "kind", "round", "node", "data")
-        out = []
-        for r in rows:
-            d = dict(zip(keys, r, strict=True))
-            d["data"] = json.loads(d["data"]) if d["data"] else {}
-            out.append(d)
-        return {"rows": out, "cursor": rows[-1][0] if rows else since}
+        out = [{**e._asdict(), "data": json.loads(e.data) if e.data else {}} for e in rows]
+        return {"rows": out, "cursor": rows[-1].id if rows else since}
 
     def tagged_metrics(self, run_id: str) -> list[dict[str, Any]]:
         """Every metric row of a run with its tags (scheme, num_tasks, snr_db, eps, kind...)."""

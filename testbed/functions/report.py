@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from testbed.report import write_pages
+from testbed.report_pages import write_pages
 from testbed.store import RunStore
 
 ORDER = ("static-cpu", "static-gpu", "gaia", "gaia-link")
@@ -32,7 +32,7 @@ def _f(v: float | None, nd: int = 1) -> str:
     return "-" if v is None else f"{v:.{nd}f}"
 
 
-def table(runs: list[tuple[str, str, dict]]) -> tuple[list[str], list[list[str]]]:
+def table(runs: list[tuple[str, str, dict[str, Any]]]) -> tuple[list[str], list[list[str]]]:
     head = ["policy", "function", "node", "mode", "backend", "requests", "p50 ms", "p95 ms"]
     head += ["SLO ms", "SLO miss %", "GPU-s", "switches", "device time"]
     rows = []
@@ -58,7 +58,7 @@ def table(runs: list[tuple[str, str, dict]]) -> tuple[list[str], list[list[str]]
     return head, rows
 
 
-def reductions(runs: list[tuple[str, str, dict]]) -> tuple[list[str], list[list[str]]]:
+def reductions(runs: list[tuple[str, str, dict[str, Any]]]) -> tuple[list[str], list[list[str]]]:
     """p50 / p95 reduction vs static-cpu for accelerable functions (mode not ``cpu``)."""
     base = next((s for p, _r, s in runs if p == "static-cpu"), None)
     head = ["policy", "function", "p50 reduction %", "p95 reduction %"]
@@ -83,7 +83,7 @@ def reductions(runs: list[tuple[str, str, dict]]) -> tuple[list[str], list[list[
     return head, rows
 
 
-def plots(store: RunStore, runs: list[tuple[str, str, dict]], out: Path) -> list[str]:
+def plots(store: RunStore, runs: list[tuple[str, str, dict[str, Any]]], out: Path) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")

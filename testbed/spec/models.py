@@ -12,6 +12,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
+    BaseModel,
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
@@ -294,7 +295,11 @@ class SweepSpec(Frozen):
 
 
 class WorkloadSpec(Frozen):
-    """What the fleet runs. Exactly one section is set."""
+    """What the fleet runs. Exactly one section is set: a built-in one below, or the
+    section of a workload registered with :func:`testbed.workloads.register_workload`
+    (validated by that class's ``spec_model``)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
 
     fl: FLSpec | None = None
     semantic_mux: SemanticMuxSpec | None = None
@@ -303,10 +308,48 @@ class WorkloadSpec(Frozen):
 
     @model_validator(mode="after")
     def _one(self) -> WorkloadSpec:
+        extra = self.__pydantic_extra__ or {}
+        if extra:
+            _validate_registered(extra)
         sections = (self.fl, self.semantic_mux, self.compress, self.functions)
-        if sum(x is not None for x in sections) != 1:
-            raise ValueError("workload needs exactly one of: fl, semantic_mux, compress, functions")
+        if sum(x is not None for x in sections) + len(extra) != 1:
+            from testbed.workloads import load_builtin
+
+            raise ValueError(f"workload needs exactly one of: {', '.join(load_builtin())}")
         return self
+
+    @property
+    def section(self) -> str:
+        """The name of the section that is set (the workload's registry key)."""
+        builtin = ("fl", "semantic_mux", "compress", "functions")
+        set_ = [k for k in builtin if getattr(self, k) is not None]
+        return (set_ or list(self.__pydantic_extra__ or {}))[0]
+
+    def section_spec(self) -> BaseModel:
+        """The validated model of the section that is set."""
+        value = getattr(self, self.section)
+        assert isinstance(value, BaseModel)
+        return value
+
+
+def _validate_registered(extra: dict[str, Any]) -> None:
+    """Replace every extra section by its registered workload's model (ValueError naming
+    the section and the registered workloads otherwise)."""
+    from testbed.workloads import load_builtin
+
+    known = load_builtin()
+    for key, raw in extra.items():
+        if key not in known:
+            raise ValueError(f"workload.{key}: unknown workload; choose one of {sorted(known)}")
+        model = known[key].spec_model
+        try:
+            extra[key] = raw if isinstance(raw, model) else model.model_validate(raw)
+        except ValidationError as e:
+            where = "; ".join(
+                f"workload.{key}.{'.'.join(map(str, err['loc']))}: {err['msg']}"
+                for err in e.errors()
+            )
+            raise ValueError(where) from None
 
 
 class Experiment(Frozen):

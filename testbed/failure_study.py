@@ -1,0 +1,379 @@
+"""The failure study: the sweep report of an FL workload (tables, mean +- std over seeds,
+and plots, as markdown and HTML).
+
+For FL sweeps with failure conditions (experiments/failure_study.yaml) it computes,
+per run: global accuracy (server's held-out test set), federated accuracy (mean over
+the silos that answered), optimism = federated - global, the failed silo's own test
+accuracy (oracle view, measured by the server on that silo's local split), the accuracy
+on "its" classes (those it holds the largest share of) before and after the failure,
+and its leave-one-out contribution. All figures are measured.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed.report_pages import write_pages
+from testbed.rows import RunRow
+from testbed.store import RunStore
+
+
+@dataclass
+class RunFigures:
+    """What the report needs from one run."""
+
+    run_id: str
+    seed: int
+    skew: str
+    condition: str  # none | permanent | transient
+    fail_round: int | None
+    failed_node: str | None
+    global_acc: dict[int, float]
+    federated_acc: dict[int, float]
+    silo_acc: dict[str, dict[int, float]]
+    class_acc: dict[int, dict[int, float]]
+    contribution: dict[str, dict[int, float]]
+    silo_classes: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def rounds(self) -> int:
+        return max(self.global_acc)
+
+    def optimism(self) -> dict[int, float]:
+        """Federated minus global accuracy, per round where both exist."""
+        return {
+            r: self.federated_acc[r] - self.global_acc[r]
+            for r in self.federated_acc
+            if r in self.global_acc
+        }
+
+    def own_classes(self, node: str) -> list[int]:
+        """Classes of which ``node`` holds the largest share of training samples."""
+        counts = self.silo_classes
+        if node not in counts:
+            return []
+        ncls = len(counts[node])
+        return [
+            c
+            for c in range(ncls)
+            if counts[node][c] > 0 and counts[node][c] == max(v[c] for v in counts.values())
+        ]
+
+    def classes_acc(self, classes: list[int], r: int) -> float | None:
+        vals = [
+            self.class_acc[c][r]
+            for c in classes
+            if c in self.class_acc
+            and r in self.class_acc[c]
+            and self.class_acc[c][r] == self.class_acc[c][r]
+        ]
+        return sum(vals) / len(vals) if vals else None
+
+
+def skew_label(assign: dict[str, Any]) -> str:
+    p = assign.get("workload.fl.partitioner")
+    if isinstance(p, dict):
+        return "iid" if p.get("name") == "iid" else f"alpha={p.get('alpha')}"
+    if "workload.fl.partitioner.alpha" in assign:
+        return f"alpha={assign['workload.fl.partitioner.alpha']}"
+    return "default"
+
+
+def run_figures(store: RunStore, r: RunRow) -> RunFigures:
+    """One completed run's figures: its sweep assignment, metrics and silo classes."""
+    meta = json.loads((Path(r.artifact_dir or "") / "meta.json").read_text())
+    assign = meta.get("sweep_assignment", {})
+    faults = assign.get("faults") or []
+    f = faults[0] if faults else None
+    cond = "none" if f is None else ("permanent" if f["kind"] == "crash" else "transient")
+    fig = RunFigures(
+        r.run_id,
+        int(r.seed or 0),
+        skew_label(assign),
+        cond,
+        f.get("at_round") if f else None,
+        f.get("node") if f else None,
+        {},
+        {},
+        defaultdict(dict),
+        defaultdict(dict),
+        defaultdict(dict),
+    )
+    for m in store.metrics(r.run_id):
+        if m.round is not None and m.value is not None:
+            _add_metric(fig, m.name, str(m.node), m.round, m.value)
+    for e in store.events(r.run_id):
+        if e.kind == "silo_classes" and e.data:
+            fig.silo_classes[str(e.node)] = json.loads(e.data)["counts"]
+    return fig
+
+
+def _add_metric(fig: RunFigures, name: str, node: str, rnd: int, value: float) -> None:
+    """File one per-round metric of a run under the figure it belongs to."""
+    by_round = {"global_acc": fig.global_acc, "federated_acc": fig.federated_acc}
+    by_node = {"silo_acc": fig.silo_acc, "contribution": fig.contribution}
+    if name in by_round:
+        by_round[name][rnd] = value
+    elif name in by_node:
+        by_node[name][node][rnd] = value
+    elif name.startswith("class_acc/"):
+        fig.class_acc[int(name.split("/")[1])][rnd] = value
+
+
+def load_sweep(store: RunStore, sweep_id: str) -> list[RunFigures]:
+    """Figures of every completed run of a sweep (runs without a global accuracy skipped)."""
+    runs = [r for r in store.runs(sweep_id) if r.status == "completed" and r.artifact_dir]
+    return [fig for fig in (run_figures(store, r) for r in runs) if fig.global_acc]
+
+
+def _ms(values: Sequence[float | None]) -> str:
+    """``mean ± std`` of the values that exist ("-" when none)."""
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return "-"
+    sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
+    return f"{statistics.mean(vals):.3f} ± {sd:.3f}"
+
+
+def _timing(fig: RunFigures, fail_rounds: list[int]) -> str:
+    if fig.fail_round is None:
+        return "baseline"
+    names = ["early", "mid", "late"] if len(fail_rounds) == 3 else [f"r{r}" for r in fail_rounds]
+    return f"{fig.condition} {names[fail_rounds.index(fig.fail_round)]} (r{fig.fail_round})"
+
+
+def _timing_key(label: str) -> tuple[int, str, int]:
+    """Order conditions: the baseline, then each failure kind from early to late."""
+    if label == "baseline":
+        return (0, "", 0)
+    kind = label.split(" ", 1)[0]
+    return (1, kind, int(label.rsplit("(r", 1)[1].rstrip(")")))
+
+
+def summarize(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
+    """One table row per (skew, condition): mean ± std over seeds."""
+    fail_rounds = sorted({f.fail_round for f in figs if f.fail_round is not None})
+    groups: dict[tuple[str, str], list[RunFigures]] = defaultdict(list)
+    for f in figs:
+        groups[(f.skew, _timing(f, fail_rounds))].append(f)
+    # the same seed's baseline (same partition and initial model): deltas are paired
+    base = {(f.skew, f.seed): f for f in figs if f.fail_round is None}
+    head = [
+        "skew",
+        "condition",
+        "seeds",
+        "final global acc",
+        "Δ vs baseline (paired by seed)",
+        "final federated acc",
+        "optimism (final)",
+        "failed silo acc (final)",
+        "its Δ vs baseline (paired)",
+        "its classes: before → final",
+        "its LOO contribution",
+    ]
+    rows = []
+    for (skew, timing), fs in sorted(
+        groups.items(), key=lambda kv: (_skew_key(kv[0][0]), _timing_key(kv[0][1]))
+    ):
+        R = [f.rounds for f in fs]
+        final = [f.global_acc[r] for f, r in zip(fs, R, strict=True)]
+        fed = [f.federated_acc.get(r) for f, r in zip(fs, R, strict=True)]
+        opt = [f.optimism().get(r) for f, r in zip(fs, R, strict=True)]
+        node = next((f.failed_node for f in fs if f.failed_node), None) or "silo-2"
+        silo = [_final_silo(f, node) for f in fs]
+        paired = [(f, base[(skew, f.seed)]) for f in fs if (skew, f.seed) in base]
+        delta = [f.global_acc[f.rounds] - b.global_acc[b.rounds] for f, b in paired]
+        own = [_final_silo(f, node) for f, _ in paired]
+        own_base = [_final_silo(b, node) for _, b in paired]
+        silo_delta = [
+            a - b for a, b in zip(own, own_base, strict=True) if a is not None and b is not None
+        ]
+        before = [f.classes_acc(f.own_classes(node), max((f.fail_round or 2) - 1, 1)) for f in fs]
+        after = [f.classes_acc(f.own_classes(node), r) for f, r in zip(fs, R, strict=True)]
+        contrib = [
+            statistics.mean(f.contribution[node].values()) for f in fs if f.contribution.get(node)
+        ]
+        rows.append(
+            [
+                skew,
+                timing,
+                str(len(fs)),
+                _ms(final),
+                _ms(delta) if delta else "-",
+                _ms(fed),
+                _ms(opt),
+                _ms(silo),
+                _ms(silo_delta) if silo_delta else "-",
+                f"{_ms(before)} → {_ms(after)}",
+                _ms(contrib),
+            ]
+        )
+    return head, rows
+
+
+def _final_silo(f: RunFigures, node: str) -> float | None:
+    return f.silo_acc.get(node, {}).get(f.rounds)
+
+
+def _skew_key(s: str) -> float:
+    """IID first, then decreasing alpha (increasing skew)."""
+    if s == "iid":
+        return float("-inf")
+    return -float(s.split("=")[1]) if s.startswith("alpha=") else 0.0
+
+
+def _mean(values: Sequence[float | None], empty: float) -> float:
+    vals = [v for v in values if v is not None]
+    return statistics.mean(vals) if vals else empty
+
+
+def _std(values: Sequence[float | None]) -> float:
+    vals = [v for v in values if v is not None]
+    return statistics.stdev(vals) if len(vals) > 1 else 0.0
+
+
+def _mean_curve(fs: list[RunFigures], attr: str) -> tuple[list[int], list[float]]:
+    """Rounds every run has, and the mean of ``attr`` over the runs at each."""
+    rounds = sorted(set.intersection(*(set(getattr(f, attr)) for f in fs)))
+    return rounds, [statistics.mean(getattr(f, attr)[r] for f in fs) for r in rounds]
+
+
+def _save(fig: Any, out: Path, name: str) -> str:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(out / name, dpi=110)
+    plt.close(fig)
+    return name
+
+
+def plot_accuracy(figs: list[RunFigures], out: Path) -> str:
+    """Accuracy vs round per condition and skew, the failure round marked."""
+    import matplotlib.pyplot as plt
+
+    skews = sorted({f.skew for f in figs}, key=_skew_key)
+    fail_rounds = sorted({f.fail_round for f in figs if f.fail_round is not None})
+    fig, axes = plt.subplots(
+        1, len(skews), figsize=(4 * len(skews), 3.4), sharey=True, squeeze=False
+    )
+    for ax, skew in zip(axes[0], skews, strict=True):
+        conds: dict[str, list[RunFigures]] = defaultdict(list)
+        for f in figs:
+            if f.skew == skew:
+                conds[_timing(f, fail_rounds)].append(f)
+        for label, fs in sorted(conds.items(), key=lambda kv: _timing_key(kv[0])):
+            x, y = _mean_curve(fs, "global_acc")
+            (line,) = ax.plot(x, y, label=label, lw=2 if label == "baseline" else 1)
+            if fs[0].fail_round:
+                ax.axvline(fs[0].fail_round - 0.5, color=line.get_color(), ls=":", lw=0.8)
+        ax.set_title(skew)
+        ax.set_xlabel("round")
+    axes[0][0].set_ylabel("global test accuracy (measured)")
+    for ax in axes[0]:
+        ax.legend(fontsize=5, loc="lower right")
+    return _save(fig, out, "accuracy_vs_round.png")
+
+
+def plot_optimism(figs: list[RunFigures], out: Path) -> str:
+    """Optimism (final round) vs skew, baseline vs with failure."""
+    import matplotlib.pyplot as plt
+
+    skews = sorted({f.skew for f in figs}, key=_skew_key)
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    for cond in ("none", "permanent", "transient"):
+        ys = [
+            _mean(
+                [f.optimism().get(f.rounds) for f in figs if f.skew == s and f.condition == cond],
+                float("nan"),
+            )
+            for s in skews
+        ]
+        ax.plot(skews, ys, "o-", label="baseline" if cond == "none" else f"{cond} failure")
+    ax.axhline(0, color="grey", lw=0.6)
+    ax.set_ylabel("optimism = federated - global acc")
+    ax.set_xlabel("label skew")
+    ax.legend(fontsize=7)
+    return _save(fig, out, "optimism_vs_skew.png")
+
+
+def plot_bars(
+    figs: list[RunFigures],
+    out: Path,
+    fname: str,
+    getter: Callable[[RunFigures], float | None],
+    ylabel: str,
+) -> str:
+    """Bars of ``getter`` per failure timing and skew, mean ± std over seeds."""
+    import matplotlib.pyplot as plt
+
+    skews = sorted({f.skew for f in figs}, key=_skew_key)
+    fail_rounds = sorted({f.fail_round for f in figs if f.fail_round is not None})
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    labels = sorted({_timing(f, fail_rounds) for f in figs}, key=_timing_key)
+    width = 0.8 / max(len(skews), 1)
+    for i, skew in enumerate(skews):
+        groups = [
+            [getter(f) for f in figs if f.skew == skew and _timing(f, fail_rounds) == lab]
+            for lab in labels
+        ]
+        ax.bar(
+            [j + i * width for j in range(len(labels))],
+            [_mean(g, 0.0) for g in groups],
+            width,
+            yerr=[_std(g) for g in groups],  # std over seeds
+            capsize=2,
+            error_kw={"lw": 0.7},
+            label=skew,
+        )
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(labels))])
+    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel(f"{ylabel}\nmean ± std over seeds", fontsize=8)
+    ax.legend(fontsize=6)
+    return _save(fig, out, fname)
+
+
+def plots(figs: list[RunFigures], out: Path) -> list[str]:
+    """Write the report's PNGs; return their file names."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    return [
+        plot_accuracy(figs, out),
+        plot_optimism(figs, out),
+        plot_bars(
+            figs,
+            out,
+            "final_acc_vs_timing.png",
+            lambda f: f.global_acc[f.rounds],
+            "final global accuracy",
+        ),
+        plot_bars(
+            figs,
+            out,
+            "failed_silo_acc.png",
+            lambda f: _final_silo(f, f.failed_node or "silo-2"),
+            "failed silo's own test accuracy (final)",
+        ),
+    ]
+
+
+def write_failure_study(store: RunStore, sweep_id: str, out: Path) -> tuple[Path, Path]:
+    """Write the failure study of an FL sweep (``report.md``, ``report.html``, PNGs) into
+    ``out``; ValueError when the sweep has no completed run."""
+    figs = load_sweep(store, sweep_id)
+    if not figs:
+        raise ValueError(f"sweep {sweep_id!r}: no completed runs in {store.path}")
+    out.mkdir(parents=True, exist_ok=True)
+    head, rows = summarize(figs)
+    intro = (
+        f"{len(figs)} completed runs; all figures measured on this testbed (mean ± std over seeds)."
+    )
+    return write_pages(
+        out, f"Sweep report: {sweep_id}", intro, [(None, head, rows)], plots(figs, out)
+    )

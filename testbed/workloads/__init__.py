@@ -1,0 +1,75 @@
+"""Workloads registered by the section of ``workload:`` they run (house rule 6).
+
+The runner, the controller, ``testbed report`` and the dashboard decide a run's
+workload here and nowhere else: :func:`section_of` (a parsed spec),
+:func:`section_of_spec` (a resolved spec as a dict) and :func:`workload` (the class).
+A new workload is one class in one file::
+
+    @register_workload("my_section")
+    class MyWorkload(LibraryWorkload):
+        spec_model = MySectionSpec
+        def run(self, ctx: RunContext) -> dict[str, Any]: ...
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from nodes.registry import Registry
+from testbed.workloads.base import LibraryWorkload, Observer, Page, RunContext, Workload
+
+__all__ = [
+    "WORKLOADS",
+    "LibraryWorkload",
+    "Observer",
+    "Page",
+    "RunContext",
+    "Workload",
+    "register_workload",
+    "section_of",
+    "section_of_spec",
+    "workload",
+]
+
+WORKLOADS: Registry[type[Workload]] = Registry("workload")
+BUILTIN = ("fl", "functions", "semantic_mux", "compress")  # modules of this package
+
+
+def register_workload(section: str) -> Callable[[type[Any]], type[Any]]:
+    """Class decorator: register a workload class under its ``workload:`` section."""
+
+    def deco(cls: type[Any]) -> type[Any]:
+        cls.section = section
+        WORKLOADS.register(section)(cls)
+        return cls
+
+    return deco
+
+
+def load_builtin() -> Registry[type[Workload]]:
+    """The registry with the built-in workloads imported (they register themselves)."""
+    for name in BUILTIN:
+        importlib.import_module(f"testbed.workloads.{name}")
+    return WORKLOADS
+
+
+def workload(section: str) -> Workload:
+    """An instance of the workload registered as ``section`` (ValueError listing them)."""
+    cls = load_builtin()[section]
+    return cls()
+
+
+def section_of(exp: Any) -> str:
+    """The section an :class:`~testbed.spec.models.Experiment`'s workload sets."""
+    return str(exp.workload.section)
+
+
+def section_of_spec(spec: Mapping[str, Any]) -> str | None:
+    """The section a resolved spec (``spec.resolved.yaml`` as a dict) sets, if any."""
+    sections = spec.get("workload") or {}
+    if not isinstance(sections, Mapping):
+        return None
+    known = load_builtin()
+    return next((k for k, v in sections.items() if v is not None and k in known), None)

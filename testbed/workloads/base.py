@@ -1,0 +1,182 @@
+"""The contract every workload implements, and what the runner hands it.
+
+A workload is one registered class in one file (``@register_workload("section")`` in
+:mod:`testbed.workloads`), keyed by its section of the spec's ``workload:``. The class
+owns how the section runs on a backend and is recorded (:meth:`Workload.run`), its sweep
+report (:meth:`Workload.write_report`), what the controller shows of its progress
+(:meth:`Workload.rounds`) and its dashboard page (:attr:`Workload.page`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from pydantic import BaseModel
+
+from testbed.planner import Plan
+from testbed.spec.models import Experiment
+from testbed.store import RunStore
+
+if TYPE_CHECKING:
+    from testbed.runner import RunResult
+
+
+class Observer(Protocol):
+    """Receives progress of a run (the CLI draws it; tests may record it)."""
+
+    def started(self, run_id: str, plan: Plan) -> None: ...
+    def record(self, rec: dict[str, Any]) -> None: ...
+    def finished(self, result: RunResult) -> None: ...
+
+
+@dataclass(frozen=True)
+class Page:
+    """A workload's dashboard page (the arguments of ``st.Page``).
+
+    Attributes
+    ----------
+    path : str
+        The page script, relative to ``ui/``.
+    title, icon, url_path : str
+        As ``st.Page`` takes them.
+    """
+
+    path: str
+    title: str
+    icon: str
+    url_path: str
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """One run as a workload sees it.
+
+    Attributes
+    ----------
+    plan : Plan
+        The resolved run (its experiment and seed).
+    run_id : str
+        The run's id in the store.
+    run_dir : pathlib.Path
+        The run's artifact folder.
+    store : RunStore
+        Where events and metrics go as they happen.
+    backend : str
+        The registered backend name (``--backend``).
+    backend_options : Mapping[str, Any]
+        Keyword arguments for the backend's constructor.
+    observer : Observer or None
+        Who watches the run (the CLI's live view).
+    """
+
+    plan: Plan
+    run_id: str
+    run_dir: Path
+    store: RunStore
+    backend: str = "local"
+    backend_options: Mapping[str, Any] = field(default_factory=dict)
+    observer: Observer | None = None
+
+    @property
+    def experiment(self) -> Experiment:
+        return self.plan.experiment
+
+    @property
+    def seed(self) -> int:
+        return self.plan.seed
+
+    def make_backend(self) -> Any:
+        """A fresh backend of this run (not started), from the backends registry."""
+        from testbed.backends import get_backend
+
+        return get_backend(self.backend)(self.plan, self.run_dir, **dict(self.backend_options))
+
+    def metric(self, row: Mapping[str, Any]) -> None:
+        """Record one metric row ``{name, value, step?, node?, tags?}`` and show it."""
+        self.store.add_metric(
+            self.run_id,
+            row["name"],
+            row["value"],
+            round=row.get("step"),
+            node=row.get("node"),
+            tags=row.get("tags"),
+        )
+        if self.observer:
+            self.observer.record({"kind": "metric", **row})
+
+    def progress(self, desc: str, frac: float) -> None:
+        """Show progress ``frac`` (0..1) of the step ``desc``."""
+        if self.observer:
+            self.observer.record({"kind": "progress", "name": desc, "value": frac})
+
+
+LINK_COUNTERS = ("bytes_up", "bytes_down", "partitioned_s", "stalled_s")
+
+
+def record_link_counters(
+    store: RunStore, run_id: str, counters: Mapping[str, Mapping[str, Any]]
+) -> None:
+    """Record what crossed each node's emulated link (``link_*`` metrics per node) and
+    every change of its parameters (``link_changed`` events)."""
+    for name, c in counters.items():
+        for key in LINK_COUNTERS:
+            store.add_metric(run_id, f"link_{key}", float(c.get(key) or 0), node=name)
+        for ch in c.get("changes", []):
+            store.add_event(run_id, "link_changed", node=name, **ch)
+
+
+class Workload(Protocol):
+    """One kind of workload (a section of ``workload:`` in the spec).
+
+    Attributes
+    ----------
+    section : str
+        Its key under ``workload:`` (set by ``register_workload``).
+    spec_model : type[pydantic.BaseModel]
+        The pydantic model of that section.
+    page : Page or None
+        Its dashboard page (None: the generic pages suffice).
+    """
+
+    section: ClassVar[str]
+    spec_model: ClassVar[type[BaseModel]]
+    page: ClassVar[Page | None]
+
+    def run(self, ctx: RunContext) -> dict[str, Any]:
+        """Run the section of ``ctx.experiment``, recording to ``ctx.store``; return the
+        run summary (``status`` may be set: ``completed`` or ``failed``)."""
+        ...
+
+    def write_report(self, store: RunStore, sweep_id: str, out: Path) -> tuple[Path, Path]:
+        """Write the sweep's report under ``out``; return (markdown, html) paths."""
+        ...
+
+    def rounds(self, section: Mapping[str, Any]) -> int | None:
+        """How many rounds a run has, from its resolved section (None: not round-based)."""
+        ...
+
+
+class LibraryWorkload:
+    """Base of the workloads that run in-process (no fleet): no rounds, no sweep report.
+
+    Subclasses set ``spec_model``, ``page`` and implement :meth:`run`.
+    """
+
+    section: ClassVar[str]
+    spec_model: ClassVar[type[BaseModel]]
+    page: ClassVar[Page | None] = None
+
+    def write_report(self, store: RunStore, sweep_id: str, out: Path) -> tuple[Path, Path]:
+        raise ValueError(
+            f"testbed report: workload {self.section!r} has no sweep report; "
+            "its dashboard page compares its runs"
+        )
+
+    def rounds(self, section: Mapping[str, Any]) -> int | None:
+        return None
+
+    def run(self, ctx: RunContext) -> dict[str, Any]:
+        raise NotImplementedError

@@ -1,0 +1,219 @@
+"""Federated learning (``workload.fl``): Flower's Deployment Engine on the backend's fleet.
+
+The backend starts one SuperLink and one SuperNode per client node (behind its link);
+the run is submitted with ``flwr run``; the ServerApp's telemetry (JSONL) streams into
+the store as it is written, the chaos engine applies the fault schedule, and when the
+run ends the links' counters, peak memory, round statuses and round clocks are recorded.
+Its sweep report is the failure study (:mod:`testbed.failure_study`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from nodes.fl.config import FLSpec
+from testbed.chaos import ChaosEngine, finalize_statuses
+from testbed.store import RunStore
+from testbed.workloads import register_workload
+from testbed.workloads.base import RunContext, record_link_counters
+
+
+class TelemetryTail:
+    """Follow a JSONL file, returning whole new lines."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def read(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        return [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+
+
+class FlRun:
+    """One FL run on a started backend: pumps telemetry, drives chaos, records the end.
+
+    Parameters
+    ----------
+    ctx : RunContext
+        The run.
+    backend : Backend
+        The fleet (not started yet).
+    """
+
+    def __init__(self, ctx: RunContext, backend: Any) -> None:
+        spec = ctx.experiment.workload.fl
+        assert spec is not None
+        self.ctx, self.spec, self.backend = ctx, spec, backend
+        self.tail = TelemetryTail(ctx.run_dir / "telemetry.jsonl")
+        self.peak: dict[str, float] = {}
+        self.ended = False
+        self.chaos: ChaosEngine | None = None
+
+    def pump(self) -> None:
+        """Ingest new telemetry, let chaos react, sample memory."""
+        recs = self.tail.read()
+        if recs:
+            self.ctx.store.ingest(self.ctx.run_id, recs)
+        for r in recs:
+            self.ended |= r.get("kind") == "event" and r.get("name") == "run_end"
+            if self.chaos:
+                self.chaos.on_record(r)
+            if self.ctx.observer:
+                self.ctx.observer.record(r)
+        if self.chaos:
+            self.chaos.tick()
+        for name, mb in self.backend.rss_mb().items():
+            self.peak[name] = max(self.peak.get(name, 0.0), mb)
+
+    def start(self) -> None:
+        """Start the fleet, the chaos engine, the link schedules and the space clock."""
+        ctx, store, plan = self.ctx, self.ctx.store, self.ctx.plan
+        store.add_event(ctx.run_id, "fleet_starting", nodes=[n.name for n in plan.nodes])
+        self.backend.start()
+        store.add_event(ctx.run_id, "fleet_ready", superlink_port=self.backend.superlink_port)
+        for name, lim in self.backend.node_limits().items():
+            store.add_event(ctx.run_id, "node_limits", node=name, **lim)
+        self.chaos = ChaosEngine(plan, self.backend, store, ctx.run_id, plan.seed)
+        self.chaos.start()
+        self.backend.start_schedules()
+        space = self.backend.space_model()
+        if space is not None:  # orbital record: windows, compression, assignment
+            rec = space.record()
+            (ctx.run_dir / "space.json").write_text(json.dumps(rec, indent=1, default=str))
+            store.add_event(
+                ctx.run_id,
+                "space_clock",
+                start_utc=rec.get("start_utc"),
+                time_compression=space.compression,
+            )
+
+    def submit(self) -> Any:
+        """Submit the Flower app; return the process that ends with the run."""
+        run_dir = self.ctx.run_dir
+        return self.backend.submit(
+            {
+                "fl-spec": self.spec.model_dump_json(),
+                "seed": self.ctx.seed,
+                "node-names": json.dumps(self.ctx.plan.client_names()),
+                "telemetry-path": str((run_dir / "telemetry.jsonl").resolve()),
+                "artifact-dir": str(run_dir.resolve()),
+            }
+        )
+
+    def follow(self, proc: Any) -> None:
+        """Pump until the run ends (re-attaching after SuperLink restarts) or times out."""
+        deadline = time.time() + self.spec.round_timeout_s * (self.spec.rounds + 2) + 120
+        restarts = 0
+        while time.time() < deadline and not self.ended:
+            self.pump()
+            if proc.poll() is not None:
+                time.sleep(0.5)
+                self.pump()
+                # The log stream drops when the SuperLink restarts (fault
+                # superlink-restart); the run itself goes on: stream it again.
+                now = self.backend.superlink_restarts
+                if self.ended or now == restarts or self.backend.flwr_run_id() is None:
+                    break
+                restarts = now
+                proc = self.backend.attach(self.backend.flwr_run_id())
+                self.ctx.store.add_event(self.ctx.run_id, "stream_reattached", after_restarts=now)
+            time.sleep(0.25)
+        if not self.ended and proc.poll() is None:
+            raise TimeoutError("the Flower run did not finish in time (see logs/flwr-run.log)")
+
+    def finish(self) -> None:
+        """Stop the fleet and record what it observed: ids, links, memory, rounds."""
+        store, run_id = self.ctx.store, self.ctx.run_id
+        self.pump()
+        links = self.backend.link_counters()
+        for nid, name in self.backend.node_ids().items():
+            store.add_event(run_id, "node_identified", node=name, node_id=nid)
+        self.backend.stop()
+        record_link_counters(store, run_id, links)
+        for name, mb in self.peak.items():
+            store.add_metric(run_id, "peak_rss_mb", mb, node=name)
+        finalize_statuses(store, run_id, self.ctx.plan, self.spec.rounds)
+        round_clock(store, run_id, self.backend.space_model())
+
+
+def round_clock(store: RunStore, run_id: str, space: Any) -> None:
+    """Per round: participation (completed nodes), wall time since the fleet was ready
+    and, for a space tier, orbital time (wall x time compression)."""
+    events = store.events(run_id)
+    ready = next((e.ts for e in events if e.kind == "fleet_ready"), None)
+    done: dict[int, int] = {}
+    for st in store.round_status(run_id):
+        done[st.round] = done.get(st.round, 0) + (st.status == "completed")
+    for r, n in done.items():
+        store.add_metric(run_id, "participation", n, round=r)
+    if ready is None:
+        return
+    for e in events:
+        if e.kind == "round_end" and e.round is not None:
+            store.add_metric(run_id, "wall_time_s", e.ts - ready, round=e.round)
+            if space is not None:
+                orbital = (e.ts - ready) * space.compression
+                store.add_metric(run_id, "orbital_time_s", orbital, round=e.round)
+
+
+def fl_summary(store: RunStore, run_id: str, rounds: int, ended: bool) -> dict[str, Any]:
+    """The run summary, read from the store's tables (metrics and round statuses)."""
+
+    def per_round(name: str) -> dict[int, float | None]:
+        return {int(m.round): m.value for m in store.metrics(run_id, name) if m.round is not None}
+
+    acc = per_round("global_acc")
+    nodes: dict[str, dict[int, str]] = {}
+    for st in store.round_status(run_id):
+        nodes.setdefault(st.node, {})[st.round] = st.status
+    return {
+        "status": "completed" if ended else "failed",
+        "rounds": rounds,
+        "global_acc": acc,
+        "federated_acc": per_round("federated_acc"),
+        "round_duration_s": per_round("round_duration_s"),
+        "final_global_acc": acc.get(rounds),
+        "node_status": nodes,
+        "peak_rss_mb": {str(m.node): m.value for m in store.metrics(run_id, "peak_rss_mb")},
+    }
+
+
+@register_workload("fl")
+class FederatedLearning:
+    """``workload.fl``: Flower SuperLink + SuperNodes on the backend; failure-study report."""
+
+    section = "fl"
+    spec_model = FLSpec
+    page = None  # the Live run, Chaos and Results pages are FL's
+
+    def run(self, ctx: RunContext) -> dict[str, Any]:
+        backend = ctx.make_backend()
+        run = FlRun(ctx, backend)
+        if ctx.observer:
+            ctx.observer.started(ctx.run_id, ctx.plan)
+        try:
+            run.start()
+            run.follow(run.submit())
+        finally:
+            run.finish()
+        return fl_summary(ctx.store, ctx.run_id, run.spec.rounds, run.ended)
+
+    def write_report(self, store: RunStore, sweep_id: str, out: Path) -> tuple[Path, Path]:
+        from testbed.failure_study import write_failure_study
+
+        return write_failure_study(store, sweep_id, out)
+
+    def rounds(self, section: Mapping[str, Any]) -> int | None:
+        rounds = section.get("rounds")
+        return int(rounds) if rounds is not None else None

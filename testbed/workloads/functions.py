@@ -1,0 +1,34 @@
+"""Serverless functions (``workload.functions``): Gaia's function runtime on the fleet's
+nodes behind their links, open-loop load, the dynamic runtime
+(:mod:`testbed.functions.experiment`); its report compares placement policies
+(:mod:`testbed.functions.report`) and its page is Functions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from testbed.functions.config import FunctionsSpec
+from testbed.store import RunStore
+from testbed.workloads import register_workload
+from testbed.workloads.base import LibraryWorkload, Page, RunContext
+
+
+@register_workload("functions")
+class Functions(LibraryWorkload):
+    """``workload.functions``: identify, calibrate, place, deploy, load, adapt."""
+
+    spec_model = FunctionsSpec
+    page = Page("screens/functions.py", "Functions", ":material/function:", "functions")
+
+    def run(self, ctx: RunContext) -> dict[str, Any]:
+        from testbed.functions.experiment import run_functions
+
+        if ctx.observer:
+            ctx.observer.started(ctx.run_id, ctx.plan)
+        return run_functions(ctx)
+
+    def write_report(self, store: RunStore, sweep_id: str, out: Path) -> tuple[Path, Path]:
+        from testbed.functions.report import write_functions_report
+
+        return write_functions_report(store, sweep_id, out)

@@ -182,6 +182,7 @@ def _run_fl(
     peak: dict[str, float] = {}
     ended = False
     chaos: ChaosEngine | None = None
+    gone: set[str] = set()
 
     def pump() -> None:
         nonlocal ended
@@ -196,6 +197,11 @@ def _run_fl(
                     observer.record(r)
         if chaos:
             chaos.tick()
+            # a container that died on its own (docker: OOM kill) is a node down, once
+            for name, why in getattr(backend, "exit_reasons", dict)().items():
+                if name not in gone:
+                    gone.add(name)
+                    chaos.node_down(name, why, "engine")
         for name, mb in backend.rss_mb().items():
             peak[name] = max(peak.get(name, 0.0), mb)
 

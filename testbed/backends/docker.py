@@ -59,11 +59,15 @@ class EngineUnavailable(ValueError):
     """No Docker engine answers where the SDK looks (``DOCKER_HOST``)."""
 
 
+def docker_host() -> str:
+    """Where the SDK looks for the engine (``DOCKER_HOST``)."""
+    return os.environ.get("DOCKER_HOST") or "unset (default unix:///var/run/docker.sock)"
+
+
 def engine_hint() -> str:
     """Where the SDK looks for the engine, and how to start one."""
-    where = os.environ.get("DOCKER_HOST") or "unset (default unix:///var/run/docker.sock)"
     return (
-        f"DOCKER_HOST={where}. Start an engine (`sudo systemctl start docker`, or a "
+        f"DOCKER_HOST={docker_host()}. Start an engine (`sudo systemctl start docker`, or a "
         "private one as docker/e2e.sh does: `dockerd --bridge=none --iptables=false "
         "-H unix:///tmp/d.sock &` then `export DOCKER_HOST=unix:///tmp/d.sock`)"
     )
@@ -92,7 +96,8 @@ def check_image(client: docker.DockerClient, image: str) -> None:
         client.images.get(image)
     except ImageNotFound:
         raise ValueError(
-            f"--backend docker: image {image!r} is not on the engine ({engine_hint()}). "
+            f"--backend docker: image {image!r} is not on the engine at "
+            f"DOCKER_HOST={docker_host()}. "
             f"Build it: `DOCKER_BUILDKIT=0 docker build --network host -t {image} .` in "
             "the project's root (`make test-docker` builds it offline from a wheelhouse), "
             f"or name another image with {IMAGE_ENV}"
@@ -151,6 +156,8 @@ class DockerBackend(LocalBackend):
         self.containers: dict[str, Container] = {}
         self._stats: dict[str, tuple[float, int]] = {}  # name -> (t, cpu ns)
         self._sampled: tuple[float, dict[str, NodeResources]] = (0.0, {})
+        self._exits: tuple[float, dict[str, str]] = (0.0, {})
+        self.downed: set[str] = set()  # nodes a fault killed or stopped (not dead by itself)
 
     @staticmethod
     def preflight(experiments: list[Experiment]) -> None:
@@ -222,11 +229,15 @@ class DockerBackend(LocalBackend):
     def _wait_node(self, name: str, deadline: float) -> None:
         """Wait for node ``name``'s port (and ready file, warm) or fail naming its log."""
         remaining = max(1.0, deadline - time.monotonic())
-        wait_port(self.node_ports[name], remaining, self.proc(name))  # type: ignore[arg-type]
+        try:
+            wait_port(self.node_ports[name], remaining, self.proc(name))  # type: ignore[arg-type]
+        except RuntimeError as e:
+            raise RuntimeError(f"node {name}: {e} ({self.exit_reason(name)})") from None
         while self.warm and not self._ready_file(name).exists():
             if time.monotonic() > deadline or self.proc(name).poll() is not None:
+                why = self.exit_reason(name) or "still starting"
                 raise RuntimeError(
-                    f"node {name} did not warm up (see {self.run_dir / 'logs' / name}.log)"
+                    f"node {name} did not warm up ({why}; see {self.run_dir}/logs/{name}.log)"
                 )
             time.sleep(0.2)
 
@@ -234,6 +245,7 @@ class DockerBackend(LocalBackend):
         """Create node ``name``'s container, or start it again (same command, port and
         name) after a crash or stop."""
         known = self.containers.get(name)
+        self.downed.discard(name)
         if known is not None:
             known.start()
             return self.node_ports[name], self.proc(name)
@@ -295,18 +307,32 @@ class DockerBackend(LocalBackend):
         """Whether each container runs (a paused one counts as alive, as locally)."""
         return {name: self.proc(name).poll() is None for name in self.containers}
 
+    def exit_reason(self, name: str) -> str | None:
+        """Why node ``name``'s container ended: ``oom`` (killed by the kernel under its
+        memory limit: State.OOMKilled) or ``exited <code>``; None while it runs."""
+        c = self.containers[name]
+        try:
+            c.reload()
+        except NotFound:
+            return "removed"
+        state = c.attrs["State"]
+        if state.get("Status") != "exited":
+            return None
+        return "oom" if state.get("OOMKilled") else f"exited {state.get('ExitCode')}"
+
     def exit_reasons(self) -> dict[str, str]:
-        """Containers that ended on their own: ``oom`` (killed under their memory limit)
-        or ``exited <code>``."""
+        """Client containers that ended on their own (not by a fault), with
+        :meth:`exit_reason`; looked at most every :data:`STATS_EVERY_S` seconds."""
+        now = time.monotonic()
+        if now - self._exits[0] < STATS_EVERY_S:
+            return self._exits[1]
         out: dict[str, str] = {}
-        for name, c in self.containers.items():
-            try:
-                c.reload()
-            except NotFound:
-                continue
-            state = c.attrs["State"]
-            if state.get("Status") == "exited":
-                out[name] = "oom" if state.get("OOMKilled") else f"exited {state['ExitCode']}"
+        for node in self.plan.clients:
+            if node.name in self.containers and node.name not in self.downed:
+                why = self.exit_reason(node.name)
+                if why is not None:
+                    out[node.name] = why
+        self._exits = (now, out)
         return out
 
     def resources(self) -> dict[str, NodeResources]:

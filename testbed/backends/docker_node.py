@@ -101,12 +101,14 @@ class DockerNode:
         """Crash: ``docker kill`` (SIGKILL to the container's init, no goodbye)."""
         if self.name in self.backend.paused:
             self.resume()
+        self.backend.downed.add(self.name)
         self._ignore_gone(self.container.kill)
 
     def stop(self) -> None:
         """Clean stop: ``docker stop`` (SIGTERM, SIGKILL after 5 s)."""
         if self.name in self.backend.paused:
             self.resume()
+        self.backend.downed.add(self.name)
         self._ignore_gone(lambda: self.container.stop(timeout=5))
 
     def start(self) -> None:

@@ -23,8 +23,11 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
+import threading
 import time
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import docker
@@ -157,6 +160,7 @@ class DockerBackend(LocalBackend):
         self._stats: dict[str, tuple[float, int]] = {}  # name -> (t, cpu ns)
         self._sampled: tuple[float, dict[str, NodeResources]] = (0.0, {})
         self._exits: tuple[float, dict[str, str]] = (0.0, {})
+        self._sigterm: Any = None  # the SIGTERM handler before start (restored by stop)
         self.downed: set[str] = set()  # nodes a fault killed or stopped (not dead by itself)
 
     @staticmethod
@@ -210,6 +214,7 @@ class DockerBackend(LocalBackend):
         return when all listen (and, warm, have imported their stack)."""
         check_links(self.plan.experiment)
         check_image(self.client, self.image)
+        self._catch_sigterm()
         server = self.plan.server
         port = free_port()
         db = self.run_dir / "nodes" / server.name / "superlink.db"
@@ -225,6 +230,18 @@ class DockerBackend(LocalBackend):
         deadline = time.monotonic() + timeout_s
         for node in self.plan.clients:
             self._wait_node(node.name, deadline)
+
+    def _catch_sigterm(self) -> None:
+        """SIGTERM (``docker stop`` of a runner in a container, ``compose down``) raises
+        KeyboardInterrupt while the fleet runs, so the run's teardown removes the
+        containers; the previous handler comes back in :meth:`stop`."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def interrupt(_signum: int, _frame: FrameType | None) -> None:
+            raise KeyboardInterrupt("SIGTERM")
+
+        self._sigterm = signal.signal(signal.SIGTERM, interrupt)
 
     def _wait_node(self, name: str, deadline: float) -> None:
         """Wait for node ``name``'s port (and ready file, warm) or fail naming its log."""
@@ -263,6 +280,9 @@ class DockerBackend(LocalBackend):
     def stop(self) -> None:
         """Stop the local parts (``flwr`` client, links), then remove every container of
         this run (those this process made, and any other carrying the run's label)."""
+        if self._sigterm is not None:
+            signal.signal(signal.SIGTERM, self._sigterm)
+            self._sigterm = None
         try:
             super().stop()
         finally:

@@ -266,6 +266,8 @@ def _run_fl(
                 store.add_event(run_id, "link_changed", node=name, **ch)
         for name, mb in peak.items():
             store.add_metric(run_id, "peak_rss_mb", mb, node=name)
+        for name, pct in getattr(backend, "mean_cpu_pct", dict)().items():  # docker stats
+            store.add_metric(run_id, "mean_cpu_pct", pct, node=name)
         finalize_statuses(store, run_id, plan, spec.rounds)
         _round_clock(store, run_id, backend.space_model())
     return _fl_summary(store, run_id, plan, ended)

@@ -160,6 +160,7 @@ class DockerBackend(LocalBackend):
         self._stats: dict[str, tuple[float, int]] = {}  # name -> (t, cpu ns)
         self._sampled: tuple[float, dict[str, NodeResources]] = (0.0, {})
         self._exits: tuple[float, dict[str, str]] = (0.0, {})
+        self._cpu_pcts: dict[str, list[float]] = {}  # every CPU sample of each container
         self._sigterm: Any = None  # the SIGTERM handler before start (restored by stop)
         self.downed: set[str] = set()  # nodes a fault killed or stopped (not dead by itself)
 
@@ -387,8 +388,13 @@ class DockerBackend(LocalBackend):
         pct = None
         if prev is not None and now > prev[0] and cpu_ns >= prev[1]:
             pct = 100.0 * (cpu_ns - prev[1]) / 1e9 / (now - prev[0])
+            self._cpu_pcts.setdefault(name, []).append(pct)
         rss = memory_mb_of(mem["usage"], cache)
         return NodeResources(rss_mb=rss, cpu_pct=pct, source="docker-stats")
+
+    def mean_cpu_pct(self) -> dict[str, float]:
+        """Mean CPU use of each container over the samples taken, percent of one core."""
+        return {name: sum(v) / len(v) for name, v in self._cpu_pcts.items() if v}
 
     def rss_mb(self) -> dict[str, float]:
         """Memory per node container (engine stats), MB."""

@@ -197,11 +197,7 @@ def _run_fl(
                     observer.record(r)
         if chaos:
             chaos.tick()
-            # a container that died on its own (docker: OOM kill) is a node down, once
-            for name, why in getattr(backend, "exit_reasons", dict)().items():
-                if name not in gone:
-                    gone.add(name)
-                    chaos.node_down(name, why, "engine")
+            _engine_exits(backend, chaos, gone)
         for name, mb in backend.rss_mb().items():
             peak[name] = max(peak.get(name, 0.0), mb)
 
@@ -266,11 +262,25 @@ def _run_fl(
                 store.add_event(run_id, "link_changed", node=name, **ch)
         for name, mb in peak.items():
             store.add_metric(run_id, "peak_rss_mb", mb, node=name)
-        for name, pct in getattr(backend, "mean_cpu_pct", dict)().items():  # docker stats
-            store.add_metric(run_id, "mean_cpu_pct", pct, node=name)
+        _engine_cpu(store, run_id, backend)
         finalize_statuses(store, run_id, plan, spec.rounds)
         _round_clock(store, run_id, backend.space_model())
     return _fl_summary(store, run_id, plan, ended)
+
+
+def _engine_exits(backend: Any, chaos: ChaosEngine, gone: set[str]) -> None:
+    """A node container that died on its own (docker: an OOM kill) is a node down with
+    the engine's reason, once (backends without ``exit_reasons`` have none)."""
+    for name, why in getattr(backend, "exit_reasons", dict)().items():
+        if name not in gone:
+            gone.add(name)
+            chaos.node_down(name, why, "engine")
+
+
+def _engine_cpu(store: RunStore, run_id: str, backend: Any) -> None:
+    """Mean CPU per node from the engine's stats (docker), as ``mean_cpu_pct``."""
+    for name, pct in getattr(backend, "mean_cpu_pct", dict)().items():
+        store.add_metric(run_id, "mean_cpu_pct", pct, node=name)
 
 
 def _round_clock(store: RunStore, run_id: str, space) -> None:

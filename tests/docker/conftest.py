@@ -42,6 +42,6 @@ def engine() -> Iterator[docker.DockerClient]:
     client.close()
 
 
-def testbed_containers(client: docker.DockerClient) -> list[str]:
+def labelled_containers(client: docker.DockerClient) -> list[str]:
     """Names of every container (running or not) that carries the testbed's run label."""
     return [c.name or "?" for c in client.containers.list(all=True, filters={"label": RUN_LABEL})]

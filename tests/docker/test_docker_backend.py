@@ -20,7 +20,7 @@ from testbed.planner import make_plan
 from testbed.runner import run_experiment
 from testbed.spec.loader import parse_spec
 from testbed.store import RunStore
-from tests.docker.conftest import testbed_containers
+from tests.docker.conftest import labelled_containers
 
 MB = 2**20
 MIN_NODE_MB = 50.0  # a warm node (Python, Flower, torch imported) uses more than this
@@ -82,7 +82,7 @@ def test_limits_from_the_profile_and_faults_through_the_engine(
         assert _state(cs["cloud"]) == "running" and be.superlink_restarts == 1
     finally:
         be.stop()
-    assert testbed_containers(engine) == []
+    assert labelled_containers(engine) == []
 
 
 def test_a_node_killed_by_oom_is_reported_oom_and_nothing_is_left(
@@ -94,7 +94,7 @@ def test_a_node_killed_by_oom_is_reported_oom_and_nothing_is_left(
     exp = parse_spec(SMALL.format(memory_mb=96, rounds=1))
     with pytest.raises(RuntimeError, match="oom"):
         run_experiment(exp, store, backend="docker")
-    assert testbed_containers(engine) == []
+    assert labelled_containers(engine) == []
     (run,) = store.runs()
     assert run.status == "failed"
 
@@ -129,4 +129,4 @@ def test_ctrl_c_removes_every_container(engine: docker.DockerClient, tmp_path: P
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert testbed_containers(engine) == []
+    assert labelled_containers(engine) == []

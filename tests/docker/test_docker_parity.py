@@ -14,7 +14,7 @@ import pytest
 from testbed.runner import run_experiment
 from testbed.spec.loader import parse_spec
 from testbed.store import RunStore
-from tests.docker.conftest import testbed_containers
+from tests.docker.conftest import labelled_containers
 
 BYTES_TOL = 0.15  # named tolerance: relative difference of a node's link bytes up/down
 MB = 2**20
@@ -86,4 +86,4 @@ def test_local_and_docker_agree(engine: docker.DockerClient, tmp_path: Path) -> 
     lim = dock.limits["edge-1"]
     assert lim["memory"] == f"docker memory={8192 * MB}"
     assert lim["cpus"].startswith("docker cpu_quota=")
-    assert testbed_containers(engine) == []
+    assert labelled_containers(engine) == []

@@ -116,6 +116,13 @@ def check_links(exp: Experiment) -> None:
         )
 
 
+def _ended(state: dict[str, Any]) -> str | None:
+    """``oom`` / ``exited <code>`` for a container state that has ended, else None."""
+    if state.get("Status") != "exited":
+        return None
+    return "oom" if state.get("OOMKilled") else f"exited {state.get('ExitCode')}"
+
+
 def remove_containers(client: docker.DockerClient, run: str | None = None) -> list[str]:
     """Remove (force) every container labelled with run ``run`` (every testbed
     container when None); return their names."""
@@ -158,8 +165,10 @@ class DockerBackend(LocalBackend):
         self.client = connect()
         self.containers: dict[str, Container] = {}
         self._stats: dict[str, tuple[float, int]] = {}  # name -> (t, cpu ns)
-        self._sampled: tuple[float, dict[str, NodeResources]] = (0.0, {})
-        self._exits: tuple[float, dict[str, str]] = (0.0, {})
+        self._sampled: dict[str, NodeResources] = {}  # by the watcher thread
+        self._exits: dict[str, str] = {}  # by the watcher thread
+        self._stop_watch = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="docker-watch", daemon=True)
         self._cpu_pcts: dict[str, list[float]] = {}  # every CPU sample of each container
         self._sigterm: Any = None  # the SIGTERM handler before start (restored by stop)
         self.downed: set[str] = set()  # nodes a fault killed or stopped (not dead by itself)
@@ -228,6 +237,7 @@ class DockerBackend(LocalBackend):
             self._start_links()
         for node in self.plan.clients:
             self.start_node(node.name)
+        self._watcher.start()
         deadline = time.monotonic() + timeout_s
         for node in self.plan.clients:
             self._wait_node(node.name, deadline)
@@ -284,6 +294,7 @@ class DockerBackend(LocalBackend):
         if self._sigterm is not None:
             signal.signal(signal.SIGTERM, self._sigterm)
             self._sigterm = None
+        self._stop_watch.set()
         try:
             super().stop()
         finally:
@@ -336,47 +347,50 @@ class DockerBackend(LocalBackend):
             c.reload()
         except NotFound:
             return "removed"
-        state = c.attrs["State"]
-        if state.get("Status") != "exited":
-            return None
-        return "oom" if state.get("OOMKilled") else f"exited {state.get('ExitCode')}"
+        return _ended(c.attrs["State"])
 
     def exit_reasons(self) -> dict[str, str]:
         """Client containers that ended on their own (not by a fault), with
-        :meth:`exit_reason`; looked at most every :data:`STATS_EVERY_S` seconds."""
-        now = time.monotonic()
-        if now - self._exits[0] < STATS_EVERY_S:
-            return self._exits[1]
-        out: dict[str, str] = {}
-        for node in self.plan.clients:
-            if node.name in self.containers and node.name not in self.downed:
-                why = self.exit_reason(node.name)
-                if why is not None:
-                    out[node.name] = why
-        self._exits = (now, out)
-        return out
+        :meth:`exit_reason`, as the watcher thread last saw them."""
+        return self._exits
 
     def resources(self) -> dict[str, NodeResources]:
         """Memory (usage less page cache, MB) and CPU (percent of one core since the
-        previous sample) of every running container, from the engine's stats; sampled
-        at most every :data:`STATS_EVERY_S` seconds."""
-        t, last = self._sampled
-        now = time.monotonic()
-        if now - t < STATS_EVERY_S:
-            return last
-        out: dict[str, NodeResources] = {}
-        for name, c in list(self.containers.items()):
-            sample = self._sample(name, c, now)
-            if sample is not None:
-                out[name] = sample
-        self._sampled = (now, out)
-        return out
+        previous sample) of every running container, from the engine's stats, as the
+        watcher thread last sampled them (every :data:`STATS_EVERY_S` seconds)."""
+        return self._sampled
 
-    def _sample(self, name: str, c: Container, now: float) -> NodeResources | None:
+    def _watch(self) -> None:
+        """Sample every container's stats and state off the runner's loop (each engine
+        call takes tens of ms; the runner reacts to telemetry every 0.25 s)."""
+        api = docker.APIClient(base_url=self.client.api.base_url, version="auto", timeout=30)
         try:
-            s: dict[str, Any] = c.stats(stream=False, one_shot=True)  # type: ignore[assignment]
-        except (NotFound, APIError):
-            return None
+            while not self._stop_watch.wait(STATS_EVERY_S):
+                now = time.monotonic()
+                ids = {name: c.id for name, c in list(self.containers.items()) if c.id}
+                out: dict[str, NodeResources] = {}
+                exits: dict[str, str] = {}
+                for name, cid in ids.items():
+                    try:
+                        sample = self._sample(
+                            name, api.stats(cid, stream=False, one_shot=True), now
+                        )
+                        why = _ended(api.inspect_container(cid)["State"])
+                    except (NotFound, APIError):
+                        continue
+                    if sample is not None:
+                        out[name] = sample
+                    if (
+                        why is not None
+                        and name != self.plan.server.name
+                        and name not in self.downed
+                    ):
+                        exits[name] = why
+                self._sampled, self._exits = out, exits
+        finally:
+            api.close()
+
+    def _sample(self, name: str, s: dict[str, Any], now: float) -> NodeResources | None:
         mem = s.get("memory_stats") or {}
         if "usage" not in mem:
             return None  # not running

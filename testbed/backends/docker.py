@@ -363,7 +363,7 @@ class DockerBackend(LocalBackend):
     def _watch(self) -> None:
         """Sample every container's stats and state off the runner's loop (each engine
         call takes tens of ms; the runner reacts to telemetry every 0.25 s)."""
-        api = docker.APIClient(base_url=self.client.api.base_url, version="auto", timeout=30)
+        api = docker.from_env(timeout=30).api  # a client of its own (not shared across threads)
         try:
             while not self._stop_watch.wait(STATS_EVERY_S):
                 now = time.monotonic()

@@ -69,7 +69,11 @@ def render_compose(plan: Plan, spec_path: str, image: str = "continuum-testbed:l
                 "${PWD}:${PWD}",
                 "${DOCKER_SOCK:-/var/run/docker.sock}:/var/run/docker.sock",
             ],
-            "environment": {"DOCKER_HOST": "unix:///var/run/docker.sock", "TESTBED_IMAGE": image},
+            "environment": {
+                "DOCKER_HOST": "unix:///var/run/docker.sock",
+                "TESTBED_IMAGE": image,
+                "COLUMNS": "${COLUMNS:-200}",  # compose's log is no terminal: paths unwrapped
+            },
             "command": [
                 "testbed",
                 "run",

@@ -84,3 +84,11 @@ def test_netem_links_are_refused_before_anything_starts(tmp_path: Path, root: Pa
     r = _cli(["run", str(spec), "--backend", "docker", "--out", str(tmp_path / "o")], env, root)
     assert r.returncode == 2 and "links.mode: netem" in r.stderr, r.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_an_ended_container_is_oom_or_its_exit_code() -> None:
+    from testbed.backends.docker import _ended
+
+    assert _ended({"Status": "running", "OOMKilled": False}) is None
+    assert _ended({"Status": "exited", "OOMKilled": True, "ExitCode": 137}) == "oom"
+    assert _ended({"Status": "exited", "OOMKilled": False, "ExitCode": 1}) == "exited 1"

@@ -26,7 +26,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+HERE = Path(__file__).resolve().parent
+# `python bench/docker.py` puts bench/ first on sys.path, where this file would shadow
+# the `docker` SDK package: drop it, put the project root first.
+sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
 from testbed.backends.docker import DockerBackend, connect, remove_containers  # noqa: E402
 from testbed.planner import make_plan  # noqa: E402

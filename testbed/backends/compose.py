@@ -117,7 +117,7 @@ class ComposeBackend(LocalBackend):
 
     def start(self, timeout_s: float = 300.0) -> None:
         """Wait until the SuperLink and every SuperNode container listens."""
-        wait_port(self.superlink_port, timeout_s)
+        wait_port(int(self.superlink_port or 0), timeout_s)
         for port in self.node_ports.values():
             wait_port(port, timeout_s)
 

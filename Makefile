@@ -40,7 +40,7 @@ bench: setup  ## benchmarks that print ratios (not part of `make test`)
 compose: setup  ## regenerate docker-compose.yml from the quickstart spec
 	$(BIN)/testbed compose experiments/quickstart.yaml -o docker-compose.yml
 
-test-docker: setup  ## real Docker engine end to end (root; installs docker.io if missing)
+test-docker: setup  ## real Docker engine: tests/docker (parity local/docker) + a compose run (root; installs docker.io if missing)
 	bash docker/e2e.sh
 
 clean:

@@ -7,12 +7,18 @@
 #     no bridge, no iptables): the host's Docker, if any, is not touched;
 #  3. builds the base image continuum-base:bookworm with debootstrap (cached);
 #  4. fills wheelhouse/ on the host (cached), builds the image from it, offline;
-#  5. runs `docker-compose up testbed` (the quickstart fleet, network_mode: host) in a
-#     fresh runs folder, and `docker compose` (v2) too when the plugin is installed;
-#  6. checks the run record in the SQLite store; prints the timings;
+#  5. runs tests/docker (TESTBED_DOCKER_TESTS=1): the docker backend's limits, engine
+#     faults, oom, teardown on success/error/Ctrl-C, and the local/docker parity test;
+#  6. runs `docker-compose up --exit-code-from testbed testbed` with
+#     EXPERIMENT=e2e-faults.yaml (docker/e2e-faults.yaml copied into a fresh project
+#     folder: a crash and a time-varying link, every node a container made by the
+#     runner through the SDK), and `docker compose` (v2) too when the plugin is
+#     installed; checks the run record in the SQLite store, that no container is left,
+#     and that a failing run fails the compose command; prints the timings;
 #  7. always tears down: compose down, dockerd stopped by its pidfile.
 #
 # Environment: DOCKER_DIR (default .docker), RUN_TIMEOUT_S (default 900),
+# SKIP_DOCKER_TESTS=1 to run only the compose part (step 6),
 # KEEP_DOCKER_DATA=0 to delete the engine's data root (images) at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,15 +29,17 @@ IMAGE=continuum-testbed:latest
 SUITE=${SUITE:-bookworm}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-900}
-PY=$ROOT/.venv/bin/python
+VENV=${VENV:-$ROOT/.venv}
+PY=$VENV/bin/python
 SOCK=$DOCKER_DIR/docker.sock
 PIDFILE=$DOCKER_DIR/dockerd.pid
 TIMINGS=$DOCKER_DIR/timings.txt
-PORTS=(9092 9102 9103 9104 9105)   # docker-compose.yml: SuperLink and the 4 SuperNodes
+COMPOSE_SPEC=$ROOT/docker/e2e-faults.yaml
 
 export DOCKER_HOST=unix://$SOCK
 export DOCKER_BUILDKIT=0 COMPOSE_DOCKER_CLI_BUILD=0 BASE_IMAGE
 export COMPOSE_HTTP_TIMEOUT=300
+export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}   # this tree's code, whatever venv runs it
 
 log() { printf '[e2e %s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 die() { log "FAIL: $*"; exit 1; }
@@ -142,11 +150,6 @@ trap teardown EXIT
 trap 'exit 130' INT TERM
 
 stop_dockerd   # a dockerd left by an interrupted earlier run of this script
-for p in "${PORTS[@]}"; do
-  if (exec 3<>/dev/tcp/127.0.0.1/"$p") 2>/dev/null; then
-    die "port $p on 127.0.0.1 is in use (the compose fleet needs ${PORTS[*]})"
-  fi
-done
 echo '{}' > "$DOCKER_DIR/daemon.json"   # not /etc/docker/daemon.json
 log "starting a private dockerd (socket $SOCK)"
 t=$(now)
@@ -189,7 +192,7 @@ else
   log "pip wheel -> wheelhouse/ (torch from the local CPU wheel, the rest from PyPI)"
   t=$(now)
   rm -f wheelhouse/*.whl wheelhouse/.requirements.txt
-  run_bg nice -n 10 "$ROOT/.venv/bin/pip" wheel --wheel-dir wheelhouse -r "$req" \
+  run_bg nice -n 10 "$VENV/bin/pip" wheel --wheel-dir wheelhouse -r "$req" \
     > "$DOCKER_DIR/wheelhouse.log" 2>&1 \
     || { tail -20 "$DOCKER_DIR/wheelhouse.log"; die "pip wheel failed (log: $DOCKER_DIR/wheelhouse.log)"; }
   cp "$req" wheelhouse/.requirements.txt
@@ -197,10 +200,10 @@ else
 fi
 log "wheelhouse: $(ls wheelhouse/*.whl | wc -l) wheels, $(du -sh wheelhouse | cut -f1)"
 
-log "docker-compose build cloud (BASE_IMAGE=$BASE_IMAGE, classic builder, network host)"
+log "docker-compose build testbed (BASE_IMAGE=$BASE_IMAGE, classic builder, network host)"
 t=$(now)
 old_id=$(docker image inspect -f '{{.Id}}' "$IMAGE" 2>/dev/null || true)
-run_bg nice -n 10 docker-compose --ansi never -f docker-compose.yml build cloud > "$DOCKER_DIR/build.log" 2>&1 \
+run_bg nice -n 10 docker-compose --ansi never -f docker-compose.yml build testbed > "$DOCKER_DIR/build.log" 2>&1 \
   || { tail -30 "$DOCKER_DIR/build.log"; die "image build failed (log: $DOCKER_DIR/build.log)"; }
 timing "image build" "$t"
 new_id=$(docker image inspect -f '{{.Id}}' "$IMAGE")
@@ -210,15 +213,31 @@ size=$(docker image inspect -f '{{.Size}}' "$IMAGE")
 log "image $IMAGE: $((size / 1000000)) MB"
 echo "image size (MB)              $((size / 1000000))" >> "$TIMINGS"
 
-# --- 5./6. run the quickstart fleet and check its record --------------------------------
-check_record() {  # check_record RUNS_DIR
-  "$PY" - "$1" "$ROOT/docker-compose.yml" <<'EOF'
+# --- 5. the docker backend's tests on this engine ----------------------------------------
+if [ "${SKIP_DOCKER_TESTS:-0}" = 1 ]; then
+  log "SKIP_DOCKER_TESTS=1: tests/docker not run"
+else
+log "pytest tests/docker (TESTBED_DOCKER_TESTS=1)"
+t=$(now)
+run_bg env TESTBED_DOCKER_TESTS=1 timeout "$RUN_TIMEOUT_S" "$PY" -m pytest -q -p no:cacheprovider \
+  tests/docker > "$DOCKER_DIR/pytest-docker.log" 2>&1 \
+  || { tail -40 "$DOCKER_DIR/pytest-docker.log"; die "tests/docker failed (log: $DOCKER_DIR/pytest-docker.log)"; }
+tail -1 "$DOCKER_DIR/pytest-docker.log"
+timing "pytest tests/docker" "$t"
+fi
+
+# --- 6. compose: the testbed service runs a non-quickstart spec with --backend docker ----
+check_record() {  # check_record RUNS_DIR SPEC
+  "$PY" - "$1" "$2" <<'EOF'
 import json, sqlite3, sys
 from pathlib import Path
-import yaml
 
-runs, compose = Path(sys.argv[1]), yaml.safe_load(open(sys.argv[2]))
-clients = sorted(n for n, s in compose["services"].items() if "supernode" in s.get("command", []))
+from testbed.planner import make_plan
+from testbed.spec.loader import load_spec
+
+runs, spec = Path(sys.argv[1]), load_spec(Path(sys.argv[2]))
+plan = make_plan(spec)
+clients, rounds = sorted(plan.client_names()), spec.workload.fl.rounds
 db = runs / "testbed.db"
 assert db.is_file(), f"no run store at {db}"
 con = sqlite3.connect(db)
@@ -226,46 +245,64 @@ rows = con.execute("SELECT run_id, status, backend, summary FROM runs").fetchall
 assert len(rows) == 1, f"expected exactly one run in a fresh store, found {len(rows)}"
 run_id, status, backend, summary = rows[0]
 assert status == "completed", f"run {run_id} has status {status!r}"
-assert backend == "compose", f"run {run_id} has backend {backend!r}"
-acc = con.execute("SELECT value FROM metrics WHERE run_id=? AND name='global_acc' AND round=5",
-                  (run_id,)).fetchone()
-assert acc is not None, "no global_acc for round 5"
-got = set(con.execute("SELECT round, node FROM metrics WHERE run_id=? AND name='train_loss'",
-                      (run_id,)).fetchall())
-missing = [(r, n) for r in range(1, 6) for n in clients if (r, n) not in got]
-assert not missing, f"train_loss missing for (round, node): {missing}"
+assert backend == "docker", f"run {run_id} has backend {backend!r}"
+st = {(r, n): s for r, n, s in con.execute(
+    "SELECT round, node, status FROM round_status WHERE run_id=?", (run_id,))}
+missing = [(r, n) for r in range(1, rounds + 1) for n in clients if (r, n) not in st]
+assert not missing, f"no status for (round, node): {missing}"
+crashed = [f.node for f in spec.faults if f.kind == "crash"]
+for n in crashed:  # the crashed node's container was killed: it misses the later rounds
+    assert st[(rounds, n)] in ("excluded", "failed"), (n, st[(rounds, n)])
+kinds = {k for (k,) in con.execute("SELECT kind FROM events WHERE run_id=?", (run_id,))}
+assert {"node_limits", "node_down", "link_changed"} <= kinds, sorted(kinds)
+peak = dict(con.execute(
+    "SELECT node, value FROM metrics WHERE run_id=? AND name='peak_rss_mb'", (run_id,)))
+assert all(peak.get(n, 0) > 50 for n in clients), f"docker stats memory: {peak}"
 art = runs / run_id
 for f in ("spec.resolved.yaml", "meta.json"):
     assert (art / f).is_file(), f"artifact {art / f} missing"
 s = json.loads(summary or "{}")
-print(f"run {run_id}: status={status} backend={backend} global_acc(round 5)={acc[0]:.3f} "
-      f"train_loss rows={len(got)} nodes={clients} wall_s={s.get('wall_s', '?')}")
+print(f"run {run_id}: status={status} backend={backend} statuses={len(st)} "
+      f"peak MB={ {n: round(v) for n, v in sorted(peak.items())} } wall_s={s.get('wall_s', '?')}")
 EOF
 }
 
-run_fleet() {  # run_fleet TOOL NAME: bring up `testbed` in a fresh project dir, check it
+compose_up() {  # compose_up TOOL DIR PROJECT EXPERIMENT: `up testbed` from DIR
+  # shellcheck disable=SC2086
+  (cd "$2" && PWD="$2" EXPERIMENT="$4" DOCKER_SOCK="$SOCK" timeout "$RUN_TIMEOUT_S" \
+    $1 --ansi never -p "$3" -f "$ROOT/docker-compose.yml" \
+    up --no-build --exit-code-from testbed testbed)
+}
+
+run_fleet() {  # run_fleet TOOL NAME: `up testbed` in a fresh project dir, check the record
   local tool=$1 name=$2 dir=$DOCKER_DIR/e2e/$2 project=continuum-e2e-$2
   rm -rf "$dir"; mkdir -p "$dir/runs"
+  cp "$COMPOSE_SPEC" "$dir/e2e-faults.yaml"
   COMPOSE_PROJECTS+=("$tool|$project|$dir")
-  log "$tool up testbed (project $project, runs in ${dir#"$ROOT"/}/runs)"
+  log "$tool up testbed (EXPERIMENT=e2e-faults.yaml, project $project, runs in ${dir#"$ROOT"/}/runs)"
   local t; t=$(now)
-  # shellcheck disable=SC2086
-  if ! run_bg timeout "$RUN_TIMEOUT_S" $tool --ansi never -p "$project" --project-directory "$dir" \
-      -f "$ROOT/docker-compose.yml" up --no-build --exit-code-from testbed testbed \
-      > "$dir/compose.log" 2>&1; then
+  if ! run_bg compose_up "$tool" "$dir" "$project" e2e-faults.yaml > "$dir/compose.log" 2>&1; then
     tail -40 "$dir/compose.log"
     die "$tool up testbed failed or timed out (log: $dir/compose.log)"
   fi
-  timing "fleet run ($name)" "$t"
+  timing "compose run ($name)" "$t"
   grep -E '^testbed[-_]1 +\|' "$dir/compose.log" | tail -4 || true
+  grep -q "$dir/runs" "$dir/compose.log" || die "the run's summary does not print host paths"
   # shellcheck disable=SC2086
   $tool -p "$project" --project-directory "$dir" -f "$ROOT/docker-compose.yml" \
     down --remove-orphans -t 10 >/dev/null 2>&1 || true
-  check_record "$dir/runs" || die "run record check failed ($name)"
+  check_record "$dir/runs" "$COMPOSE_SPEC" || die "run record check failed ($name)"
+  left=$(docker ps -aq --filter label=testbed.run)
+  [ -z "$left" ] || die "containers left after the compose run: $left"
+  # a run that fails is the compose command's failure
+  local rc=0
+  compose_up "$tool" "$dir" "$project" no-such-spec.yaml > "$dir/compose-fail.log" 2>&1 || rc=$?
+  [ "$rc" != 0 ] || die "$tool up --exit-code-from testbed exited 0 for a failing run"
+  log "a failing run (missing spec): $tool exited $rc"
 }
 
 # docker-compose.yml is generated: say so when it no longer matches the generator.
-if "$ROOT/.venv/bin/testbed" compose experiments/quickstart.yaml -o "$DOCKER_DIR/compose.rendered.yml" \
+if "$VENV/bin/testbed" compose experiments/quickstart.yaml -o "$DOCKER_DIR/compose.rendered.yml" \
     >/dev/null 2>&1 && ! cmp -s docker-compose.yml "$DOCKER_DIR/compose.rendered.yml"; then
   log "WARNING: docker-compose.yml differs from \`testbed compose experiments/quickstart.yaml\`"
   log "         (run \`make compose\`); testing the committed file:"

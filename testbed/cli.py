@@ -74,7 +74,7 @@ def validate(
 @app.command()
 def run(
     file: Path,
-    backend: Annotated[str, typer.Option(help="local (default) or compose")] = "local",
+    backend: Annotated[str, typer.Option(help="local (default), docker or compose")] = "local",
     out: OutOpt = Path("runs"),
     set_: SetOpt = None,
     cold: Annotated[
@@ -96,7 +96,9 @@ def run(
 
     try:
         items = sweep_items(expand(file, parse_set(set_ or [])))
-        get_backend(backend)
+        backend_cls = get_backend(backend)
+        if hasattr(backend_cls, "preflight"):  # e.g. docker: engine and image, before recording
+            backend_cls.preflight([it.experiment for it in items])
         if backend != "local" and any(it.experiment.workload.functions for it in items):
             raise ValueError(
                 "--backend: workload.functions runs on the local backend only (node "

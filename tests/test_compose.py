@@ -17,11 +17,27 @@ def test_committed_compose_matches_spec(root: Path) -> None:
     assert (root / "docker-compose.yml").read_text() == want, "run `make compose`"
 
 
-def test_compose_services_one_per_node(root: Path) -> None:
+def test_compose_runs_the_experiment_with_the_docker_backend(root: Path) -> None:
     doc = yaml.safe_load((root / "docker-compose.yml").read_text())
     services = doc["services"]
-    assert {"cloud", "edge-1", "edge-2", "edge-3", "fog", "testbed"} <= set(services)
+    assert set(services) == {"testbed", "controller", "ui"}  # nodes: made by the runner
     for svc in services.values():
         assert svc["network_mode"] == "host" and svc["init"] is True
         assert svc["command"][0] == "testbed"
-    assert services["testbed"]["command"][:2] == ["testbed", "run"]
+    tb = services["testbed"]
+    assert tb["command"] == [
+        "testbed",
+        "run",
+        "${EXPERIMENT:-experiments/quickstart.yaml}",
+        "--backend",
+        "docker",
+        "--out",
+        "${PWD}/runs",
+    ]
+    # the project at its host path (specs, runs), and the engine's socket
+    assert tb["volumes"] == [
+        "${PWD}:${PWD}",
+        "${DOCKER_SOCK:-/var/run/docker.sock}:/var/run/docker.sock",
+    ]
+    assert tb["working_dir"] == "${PWD}"
+    assert tb["environment"]["DOCKER_HOST"] == "unix:///var/run/docker.sock"

@@ -59,6 +59,7 @@ class FlRun:
         self.peak: dict[str, float] = {}
         self.ended = False
         self.chaos: ChaosEngine | None = None
+        self.gone: set[str] = set()  # nodes whose end the engine reported
 
     def pump(self) -> None:
         """Ingest new telemetry, let chaos react, sample memory."""
@@ -73,8 +74,18 @@ class FlRun:
                 self.ctx.observer.record(r)
         if self.chaos:
             self.chaos.tick()
+            self.engine_exits()
         for name, mb in self.backend.rss_mb().items():
             self.peak[name] = max(self.peak.get(name, 0.0), mb)
+
+    def engine_exits(self) -> None:
+        """A node container that died on its own (docker: an OOM kill) is a node down
+        with the engine's reason, once (backends without ``exit_reasons`` have none)."""
+        assert self.chaos is not None
+        for name, why in getattr(self.backend, "exit_reasons", dict)().items():
+            if name not in self.gone:
+                self.gone.add(name)
+                self.chaos.node_down(name, why, "engine")
 
     def start(self) -> None:
         """Start the fleet, the chaos engine, the link schedules and the space clock."""
@@ -143,6 +154,8 @@ class FlRun:
         record_link_counters(store, run_id, links)
         for name, mb in self.peak.items():
             store.add_metric(run_id, "peak_rss_mb", mb, node=name)
+        for name, pct in getattr(self.backend, "mean_cpu_pct", dict)().items():
+            store.add_metric(run_id, "mean_cpu_pct", pct, node=name)  # engine stats (docker)
         finalize_statuses(store, run_id, self.ctx.plan, self.spec.rounds)
         round_clock(store, run_id, self.backend.space_model())
 

@@ -14,8 +14,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 from federation import Federation, Reply, distance, run_federation
-from nodes.emulation import NodeControl, write_control
 
+from nodes.device_control import NodeControl, write_control
 from nodes.fl import task
 from nodes.fl.config import FLSpec, StrategySpec
 from nodes.fl.recording import RecordingStrategy

@@ -1,0 +1,415 @@
+"""Docker backend: every node a container of the project's image, driven through the
+Docker SDK (the ``docker`` package).
+
+The same Plan as the local backend, realised as one container per node (and one for
+the SuperLink), each running the same ``testbed node ...`` entrypoint. Containers use
+the host network (``network_mode: host``); links are the host's userspace shaping
+proxies (``links.mode: proxy``), so bandwidth, latency, loss, schedules and partitions
+act exactly as locally. The run's folder is bind-mounted at the same path in every
+container: logs, ready files, live fault controls and telemetry are shared files.
+
+Device profiles become container limits: a CPU quota (CFS, the profile's cores capped at
+this host's), a cpuset (round-robin, when the profile has fewer cores than the host)
+and a memory limit (``memory_mb``). Faults act through the engine: crash = kill,
+outage = kill then start of the same container, pause = ``docker pause``, a live
+``update_limits`` = ``docker update`` of the CPU quota / memory, SuperLink restart =
+SIGUSR1 to the server container's agent (as locally: its SuperExec and ServerApp
+survive). Every container is labelled ``testbed.run=<run id>`` and
+``testbed.node=<name>`` and removed on stop, whatever ended the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import docker
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+
+from nodes.agent import FLOWER_ENV
+from testbed.backends import register_backend
+from testbed.backends.base import NodeResources
+from testbed.backends.docker_node import (
+    PERIOD_US,
+    ContainerProcess,
+    DockerNode,
+    container_limits,
+    memory_mb_of,
+)
+from testbed.backends.local import LocalBackend
+from testbed.planner import Plan, PlannedNode
+from testbed.procs import free_port, wait_port
+from testbed.spec.models import Experiment
+
+if TYPE_CHECKING:
+    from docker.models.containers import Container
+
+IMAGE_ENV = "TESTBED_IMAGE"
+DEFAULT_IMAGE = "continuum-testbed:latest"
+RUN_LABEL = "testbed.run"
+NODE_LABEL = "testbed.node"
+STATS_EVERY_S = 2.0  # engine stats are sampled at most this often (s)
+
+
+class EngineUnavailable(ValueError):
+    """No Docker engine answers where the SDK looks (``DOCKER_HOST``)."""
+
+
+def docker_host() -> str:
+    """Where the SDK looks for the engine (``DOCKER_HOST``)."""
+    return os.environ.get("DOCKER_HOST") or "unset (default unix:///var/run/docker.sock)"
+
+
+def engine_hint() -> str:
+    """Where the SDK looks for the engine, and how to start one."""
+    return (
+        f"DOCKER_HOST={docker_host()}. Start an engine (`sudo systemctl start docker`, or a "
+        "private one as docker/e2e.sh does: `dockerd --bridge=none --iptables=false "
+        "-H unix:///tmp/d.sock &` then `export DOCKER_HOST=unix:///tmp/d.sock`)"
+    )
+
+
+def connect() -> docker.DockerClient:
+    """A client of the engine at ``DOCKER_HOST`` (EngineUnavailable when none answers)."""
+    try:
+        client = docker.from_env(timeout=60)
+        client.ping()
+    except DockerException as e:
+        raise EngineUnavailable(
+            f"--backend docker: no Docker engine reachable ({e}); {engine_hint()}"
+        ) from None
+    return client
+
+
+def image_name() -> str:
+    """The image every node container runs (``TESTBED_IMAGE`` or the default)."""
+    return os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
+
+
+def check_image(client: docker.DockerClient, image: str) -> None:
+    """ValueError with the build command when ``image`` is not on the engine."""
+    try:
+        client.images.get(image)
+    except ImageNotFound:
+        raise ValueError(
+            f"--backend docker: image {image!r} is not on the engine at "
+            f"DOCKER_HOST={docker_host()}. "
+            f"Build it: `DOCKER_BUILDKIT=0 docker build --network host -t {image} .` in "
+            "the project's root (`make test-docker` builds it offline from a wheelhouse), "
+            f"or name another image with {IMAGE_ENV}"
+        ) from None
+
+
+def check_links(exp: Experiment) -> None:
+    """ValueError when the experiment's links need what this backend cannot do yet."""
+    if exp.links.mode == "netem":
+        raise ValueError(
+            "links.mode: netem is not available with --backend docker (kernel shaping "
+            "in the containers' own namespaces is not implemented yet); use proxy or none"
+        )
+
+
+def _ended(state: dict[str, Any]) -> str | None:
+    """``oom`` / ``exited <code>`` for a container state that has ended, else None."""
+    if state.get("Status") != "exited":
+        return None
+    return "oom" if state.get("OOMKilled") else f"exited {state.get('ExitCode')}"
+
+
+def remove_containers(client: docker.DockerClient, run: str | None = None) -> list[str]:
+    """Remove (force) every container labelled with run ``run`` (every testbed
+    container when None); return their names."""
+    label = RUN_LABEL if run is None else f"{RUN_LABEL}={run}"
+    gone = []
+    for c in client.containers.list(all=True, filters={"label": label}):
+        try:
+            c.remove(force=True)
+            gone.append(c.name or c.id or "?")
+        except NotFound:
+            pass
+    return gone
+
+
+@register_backend("docker")
+class DockerBackend(LocalBackend):
+    """One container per node of the plan, through the Docker SDK.
+
+    Parameters
+    ----------
+    plan : Plan
+        The resolved run.
+    run_dir : pathlib.Path
+        Artifact folder of the run (mounted at the same path in every container).
+    warm : bool
+        Use the warm executor (default) or Flower's cold per-message subprocesses.
+    image : str, optional
+        The image (default: ``TESTBED_IMAGE`` or ``continuum-testbed:latest``).
+    """
+
+    name = "docker"
+
+    def __init__(
+        self, plan: Plan, run_dir: Path, warm: bool = True, image: str | None = None
+    ) -> None:
+        super().__init__(plan, run_dir, warm)
+        self.run_dir = run_dir.resolve()
+        self.image = image or image_name()
+        self.run_label = self.run_dir.name
+        self.client = connect()
+        self.containers: dict[str, Container] = {}
+        self._stats: dict[str, tuple[float, int]] = {}  # name -> (t, cpu ns)
+        self._sampled: dict[str, NodeResources] = {}  # by the watcher thread
+        self._exits: dict[str, str] = {}  # by the watcher thread
+        self._stop_watch = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="docker-watch", daemon=True)
+        self._cpu_pcts: dict[str, list[float]] = {}  # every CPU sample of each container
+        self._sigterm: Any = None  # the SIGTERM handler before start (restored by stop)
+        self.downed: set[str] = set()  # nodes a fault killed or stopped (not dead by itself)
+
+    @staticmethod
+    def preflight(experiments: list[Experiment]) -> None:
+        """Check before anything is recorded (see :func:`preflight`)."""
+        for exp in experiments:
+            check_links(exp)
+        check_image(connect(), image_name())
+
+    # -- containers ---------------------------------------------------------------------
+    def _env(self, name: str) -> dict[str, str]:
+        home = self.run_dir / "nodes" / name
+        home.mkdir(parents=True, exist_ok=True)
+        env = dict(FLOWER_ENV)
+        env.update(FLWR_HOME=str(home), HOME=str(home), PYTHONUNBUFFERED="1")
+        return env
+
+    def _run(self, name: str, cmd: list[str], limits: dict[str, Any]) -> Container:
+        """Start a container for node ``name`` running ``cmd`` (output to its log)."""
+        log = self.run_dir / "logs" / f"{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        shell = f"exec {shlex.join(cmd)} >> {shlex.quote(str(log))} 2>&1"
+        mount = str(self.run_dir)
+        container: Container = self.client.containers.run(
+            self.image,
+            ["sh", "-c", shell],
+            name=f"tb-{self.run_label}-{name}"[:120],
+            detach=True,
+            init=True,
+            network_mode="host",
+            labels={RUN_LABEL: self.run_label, NODE_LABEL: name},
+            volumes={mount: {"bind": mount, "mode": "rw"}},
+            environment=self._env(name),
+            user=f"{os.getuid()}:{os.getgid()}",
+            **limits,
+        )
+        self.containers[name] = container
+        return container
+
+    def proc(self, name: str) -> ContainerProcess:
+        """The container of node ``name`` as a process (``poll``)."""
+        return ContainerProcess(self.containers[name])
+
+    def _limits(self, node: PlannedNode) -> dict[str, Any]:
+        host = sorted(os.sched_getaffinity(0))
+        return container_limits(node, self.plan.clients.index(node), host)
+
+    # -- fleet lifecycle ----------------------------------------------------------------
+    def start(self, timeout_s: float = 120.0) -> None:
+        """Start the SuperLink container, the links, then every SuperNode container;
+        return when all listen (and, warm, have imported their stack)."""
+        check_links(self.plan.experiment)
+        check_image(self.client, self.image)
+        self._catch_sigterm()
+        server = self.plan.server
+        port = free_port()
+        db = self.run_dir / "nodes" / server.name / "superlink.db"
+        db.parent.mkdir(parents=True, exist_ok=True)
+        cmd = ["testbed", "node", "superlink", "--port", str(port), "--host", "127.0.0.1"]
+        self._run(server.name, [*cmd, "--database", str(db)], {})
+        wait_port(port, timeout_s, self.proc(server.name))  # type: ignore[arg-type]
+        self.superlink_port = port
+        if self.plan.experiment.links.mode == "proxy":
+            self._start_links("proxy")
+        for node in self.plan.clients:
+            self.start_node(node.name)
+        self._watcher.start()
+        deadline = time.monotonic() + timeout_s
+        for node in self.plan.clients:
+            self._wait_node(node.name, deadline)
+
+    def _catch_sigterm(self) -> None:
+        """SIGTERM (``docker stop`` of a runner in a container, ``compose down``) raises
+        KeyboardInterrupt while the fleet runs, so the run's teardown removes the
+        containers; the previous handler comes back in :meth:`stop`."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def interrupt(_signum: int, _frame: FrameType | None) -> None:
+            raise KeyboardInterrupt("SIGTERM")
+
+        self._sigterm = signal.signal(signal.SIGTERM, interrupt)
+
+    def _wait_node(self, name: str, deadline: float) -> None:
+        """Wait for node ``name``'s port (and ready file, warm) or fail naming its log."""
+        remaining = max(1.0, deadline - time.monotonic())
+        try:
+            wait_port(self.node_ports[name], remaining, self.proc(name))  # type: ignore[arg-type]
+        except RuntimeError as e:
+            raise RuntimeError(f"node {name}: {e} ({self.exit_reason(name)})") from None
+        while self.warm and not self._ready_file(name).exists():
+            if time.monotonic() > deadline or self.proc(name).poll() is not None:
+                why = self.exit_reason(name) or "still starting"
+                raise RuntimeError(
+                    f"node {name} did not warm up ({why}; see {self.run_dir}/logs/{name}.log)"
+                )
+            time.sleep(0.2)
+
+    def start_node(self, name: str) -> tuple[int, Any]:
+        """Create node ``name``'s container, or start it again (same command, port and
+        name) after a crash or stop."""
+        known = self.containers.get(name)
+        self.downed.discard(name)
+        if known is not None:
+            known.start()
+            return self.node_ports[name], self.proc(name)
+        node = next(n for n in self.plan.clients if n.name == name)
+        port = free_port()
+        config = node.node_config(len(self.plan.clients))
+        config["control-path"] = str(self.control_path(name))
+        cmd = ["testbed", "node", "supernode", "--superlink", self._superlink_address(name)]
+        cmd += ["--port", str(port), "--node-config", json.dumps(config)]
+        cmd += ["--ready-file", str(self._ready_file(name))] if self.warm else ["--cold"]
+        self._cmds[name], self.node_ports[name] = cmd, port
+        self._run(name, cmd, self._limits(node))
+        return port, self.proc(name)
+
+    def stop(self) -> None:
+        """Stop the local parts (``flwr`` client, links), then remove every container of
+        this run (those this process made, and any other carrying the run's label)."""
+        if self._sigterm is not None:
+            signal.signal(signal.SIGTERM, self._sigterm)
+            self._sigterm = None
+        self._stop_watch.set()
+        try:
+            super().stop()
+        finally:
+            for c in self.containers.values():
+                try:
+                    c.remove(force=True)
+                except (NotFound, APIError):
+                    pass
+            remove_containers(self.client, self.run_label)
+
+    # -- nodes and the server as the fault kinds see them --------------------------------
+    def node(self, name: str) -> DockerNode:  # type: ignore[override]
+        """The handle of client node ``name`` (KeyError naming the nodes otherwise)."""
+        if name not in self._cmds:
+            raise KeyError(f"no started client node {name!r} (nodes: {sorted(self._cmds)})")
+        return DockerNode(self, name)
+
+    def restart_superlink(self) -> None:
+        """SIGUSR1 to the server container's agent: it restarts the SuperLink on the same
+        port and database (its SuperExec and the ServerApp survive, as locally)."""
+        self.containers[self.plan.server.name].kill(signal="SIGUSR1")
+        self.superlink_restarts += 1
+
+    # -- observations --------------------------------------------------------------------
+    def node_limits(self) -> dict[str, dict[str, Any]]:
+        """The limits the engine holds for each client container (docker inspect)."""
+        out: dict[str, dict[str, Any]] = {}
+        for node in self.plan.clients:
+            c = self.containers.get(node.name)
+            if c is None:
+                continue
+            c.reload()
+            hc = c.attrs["HostConfig"]
+            out[node.name] = {
+                "cpus": f"docker cpu_quota={hc['CpuQuota']} per {hc['CpuPeriod'] or PERIOD_US}",
+                "cpuset": hc.get("CpusetCpus") or "",
+                "memory": f"docker memory={hc['Memory']}",
+            }
+        return out
+
+    def alive(self) -> dict[str, bool]:
+        """Whether each container runs (a paused one counts as alive, as locally)."""
+        return {name: self.proc(name).poll() is None for name in self.containers}
+
+    def exit_reason(self, name: str) -> str | None:
+        """Why node ``name``'s container ended: ``oom`` (killed by the kernel under its
+        memory limit: State.OOMKilled) or ``exited <code>``; None while it runs."""
+        c = self.containers[name]
+        try:
+            c.reload()
+        except NotFound:
+            return "removed"
+        return _ended(c.attrs["State"])
+
+    def exit_reasons(self) -> dict[str, str]:
+        """Client containers that ended on their own (not by a fault), with
+        :meth:`exit_reason`, as the watcher thread last saw them."""
+        return self._exits
+
+    def resources(self) -> dict[str, NodeResources]:
+        """Memory (usage less page cache, MB) and CPU (percent of one core since the
+        previous sample) of every running container, from the engine's stats, as the
+        watcher thread last sampled them (every :data:`STATS_EVERY_S` seconds)."""
+        return self._sampled
+
+    def _watch(self) -> None:
+        """Sample every container's stats and state off the runner's loop (each engine
+        call takes tens of ms; the runner reacts to telemetry every 0.25 s)."""
+        api = docker.from_env(timeout=30).api  # a client of its own (not shared across threads)
+        try:
+            while not self._stop_watch.wait(STATS_EVERY_S):
+                now = time.monotonic()
+                ids = {name: c.id for name, c in list(self.containers.items()) if c.id}
+                out: dict[str, NodeResources] = {}
+                exits: dict[str, str] = {}
+                for name, cid in ids.items():
+                    try:
+                        sample = self._sample(
+                            name, api.stats(cid, stream=False, one_shot=True), now
+                        )
+                        why = _ended(api.inspect_container(cid)["State"])
+                    except (NotFound, APIError):
+                        continue
+                    if sample is not None:
+                        out[name] = sample
+                    if (
+                        why is not None
+                        and name != self.plan.server.name
+                        and name not in self.downed
+                    ):
+                        exits[name] = why
+                self._sampled, self._exits = out, exits
+        finally:
+            api.close()
+
+    def _sample(self, name: str, s: dict[str, Any], now: float) -> NodeResources | None:
+        mem = s.get("memory_stats") or {}
+        if "usage" not in mem:
+            return None  # not running
+        stats = mem.get("stats") or {}
+        cache = stats.get("total_inactive_file", stats.get("inactive_file", 0))
+        cpu_ns = int(((s.get("cpu_stats") or {}).get("cpu_usage") or {}).get("total_usage", 0))
+        prev = self._stats.get(name)
+        self._stats[name] = (now, cpu_ns)
+        pct = None
+        if prev is not None and now > prev[0] and cpu_ns >= prev[1]:
+            pct = 100.0 * (cpu_ns - prev[1]) / 1e9 / (now - prev[0])
+            self._cpu_pcts.setdefault(name, []).append(pct)
+        rss = memory_mb_of(mem["usage"], cache)
+        return NodeResources(rss_mb=rss, cpu_pct=pct, source="docker-stats")
+
+    def mean_cpu_pct(self) -> dict[str, float]:
+        """Mean CPU use of each container over the samples taken, percent of one core."""
+        return {name: sum(v) / len(v) for name, v in self._cpu_pcts.items() if v}
+
+    def rss_mb(self) -> dict[str, float]:
+        """Memory per node container (engine stats), MB."""
+        return {name: r.rss_mb for name, r in self.resources().items()}

@@ -1,0 +1,167 @@
+"""One node container of the Docker backend as the fault kinds see it (``NodeHandle``),
+and how a device profile becomes container limits."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from docker.errors import APIError, NotFound
+
+from nodes.device_control import NodeControl, write_control
+
+if TYPE_CHECKING:
+    from docker.models.containers import Container
+
+    from testbed.backends.docker import DockerBackend
+    from testbed.planner import PlannedNode
+
+PERIOD_US = 100_000  # CFS period of a CPU quota, microseconds
+
+
+def container_limits(node: PlannedNode, index: int, host_cpus: list[int]) -> dict[str, Any]:
+    """Container limits from the node's device profile.
+
+    Parameters
+    ----------
+    node : PlannedNode
+        The node; its profile gives ``cpu_cores`` and ``memory_mb``.
+    index : int
+        The node's position among the clients (for round-robin cpusets).
+    host_cpus : list of int
+        The CPUs this process may use.
+
+    Returns
+    -------
+    dict
+        ``containers.run`` keyword arguments: ``cpu_period``/``cpu_quota`` (the
+        profile's cores, at most the host's, microseconds per period), ``cpuset_cpus``
+        (only when the profile has fewer cores than the host, as the local backend pins)
+        and ``mem_limit``/``memswap_limit`` (``memory_mb``, no swap on top).
+    """
+    k = node.profile.cpu_cores
+    cores = min(k, len(host_cpus))
+    mem = f"{int(node.profile.memory_mb)}m"
+    out: dict[str, Any] = {
+        "cpu_period": PERIOD_US,
+        "cpu_quota": cores * PERIOD_US,
+        "mem_limit": mem,
+        "memswap_limit": mem,
+    }
+    if k < len(host_cpus):
+        pins = {host_cpus[(index * k + j) % len(host_cpus)] for j in range(k)}
+        out["cpuset_cpus"] = ",".join(str(c) for c in sorted(pins))
+    return out
+
+
+def memory_mb_of(usage: int, cache: int) -> float:
+    """A container's memory as ``docker stats`` shows it: usage less inactive page
+    cache, bytes -> MB."""
+    return max(0, int(usage) - int(cache)) / 2**20
+
+
+class ContainerProcess:
+    """A container as a ``Process`` (``poll``: None while it runs or is paused)."""
+
+    def __init__(self, container: Container) -> None:
+        self.container = container
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        try:
+            self.container.reload()
+        except NotFound:
+            self.returncode = -9
+            return self.returncode
+        state = self.container.attrs["State"]
+        if state.get("Status") in ("running", "paused", "restarting", "created"):
+            return None
+        self.returncode = int(state.get("ExitCode", -1))
+        return self.returncode
+
+
+class DockerNode:
+    """A client node of a :class:`~testbed.backends.docker.DockerBackend` (``NodeHandle``).
+
+    Parameters
+    ----------
+    backend : DockerBackend
+        The fleet the node belongs to.
+    name : str
+        The node's name.
+    """
+
+    def __init__(self, backend: DockerBackend, name: str) -> None:
+        self.backend, self.name = backend, name
+
+    @property
+    def container(self) -> Container:
+        return self.backend.containers[self.name]
+
+    def kill(self) -> None:
+        """Crash: ``docker kill`` (SIGKILL to the container's init, no goodbye)."""
+        if self.name in self.backend.paused:
+            self.resume()
+        self.backend.downed.add(self.name)
+        self._ignore_gone(self.container.kill)
+
+    def stop(self) -> None:
+        """Clean stop: ``docker stop`` (SIGTERM, SIGKILL after 5 s)."""
+        if self.name in self.backend.paused:
+            self.resume()
+        self.backend.downed.add(self.name)
+        self._ignore_gone(lambda: self.container.stop(timeout=5))
+
+    def start(self) -> None:
+        """Start the same container again (same command, port and name)."""
+        self.backend.start_node(self.name)
+
+    def pause(self) -> None:
+        """Freeze every process of the container (``docker pause``, cgroup freezer)."""
+        self.container.pause()
+        self.backend.paused.add(self.name)
+
+    def resume(self) -> None:
+        """Thaw the container (``docker unpause``)."""
+        self._ignore_gone(self.container.unpause)
+        self.backend.paused.discard(self.name)
+
+    def update_limits(
+        self, *, cpus: float | None = None, memory_mb: int | None = None
+    ) -> dict[str, Any]:
+        """Change the container's CPU quota (cores, may be fractional) and/or memory
+        limit (MB) live with ``docker update``; return what was applied."""
+        if cpus is not None and cpus <= 0:
+            raise ValueError(f"cpus must be > 0, got {cpus}")
+        if memory_mb is not None and memory_mb <= 0:
+            raise ValueError(f"memory_mb must be > 0, got {memory_mb}")
+        kw: dict[str, Any] = {}
+        applied: dict[str, Any] = {}
+        if cpus is not None:
+            quota = max(1000, int(cpus * PERIOD_US))
+            kw.update(cpu_period=PERIOD_US, cpu_quota=quota)
+            applied["cpus"] = f"docker cpu_quota={quota} per {PERIOD_US}"
+        if memory_mb is not None:
+            kw.update(mem_limit=f"{memory_mb}m", memswap_limit=f"{memory_mb}m")
+            applied["memory"] = f"docker memory={int(memory_mb) * 2**20}"
+        if kw:
+            self.container.update(**kw)
+        return applied
+
+    def set_control(self, control: NodeControl) -> None:
+        """Write the node's live fault controls (a file in the run folder, which the
+        container sees at the same path)."""
+        write_control(self.backend.control_path(self.name), control)
+
+    def alive(self) -> bool:
+        """True while the container runs (or is paused)."""
+        return self.backend.proc(self.name).poll() is None
+
+    def _ignore_gone(self, action: Any) -> None:
+        """Run an engine action; a container already gone (or not running) is fine."""
+        try:
+            action()
+        except NotFound:
+            pass
+        except APIError as e:
+            if "is not running" not in str(e) and "is not paused" not in str(e):
+                raise

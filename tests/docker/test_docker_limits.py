@@ -1,0 +1,94 @@
+"""The docker backend's parts that need no engine: profile -> container limits, the
+stats arithmetic, and the CLI's refusal (exit 2, nothing recorded) when no engine
+answers or the links need what the backend cannot do."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from testbed.backends.docker_node import PERIOD_US, container_limits, memory_mb_of
+from testbed.planner import make_plan
+from testbed.spec.loader import parse_spec
+
+SPEC = """\
+name: limits
+fleet:
+  nodes:
+    - {id: cloud, tier: cloud}
+    - {id: tiny, tier: edge, profile: {cpu_cores: 1, memory_mb: 512}, count: 2}
+    - {id: big, tier: fog, profile: fog-server}
+workload:
+  fl: {rounds: 1}
+"""
+
+
+def test_profile_cores_and_memory_become_quota_cpuset_and_memory_limit() -> None:
+    plan = make_plan(parse_spec(SPEC))
+    nodes = {n.name: n for n in plan.clients}
+    host = [0, 1]
+    first = container_limits(nodes["tiny-1"], 0, host)
+    second = container_limits(nodes["tiny-2"], 1, host)
+    assert first["cpu_quota"] == PERIOD_US and first["cpu_period"] == PERIOD_US
+    assert first["mem_limit"] == first["memswap_limit"] == "512m"
+    # one core each, round-robin over the host's CPUs, as the local backend pins
+    assert (first["cpuset_cpus"], second["cpuset_cpus"]) == ("0", "1")
+    big = container_limits(nodes["big"], 2, host)  # 16 cores on a 2-CPU host
+    assert big["cpu_quota"] == 2 * PERIOD_US and "cpuset_cpus" not in big
+    assert big["mem_limit"] == "65536m"
+
+
+def test_memory_as_docker_stats_shows_it() -> None:
+    assert memory_mb_of(300 * 2**20, 100 * 2**20) == 200.0
+    assert memory_mb_of(10, 20) == 0.0
+
+
+def _cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "testbed", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def test_no_engine_is_one_clear_error_and_nothing_recorded(tmp_path: Path, root: Path) -> None:
+    env = dict(os.environ, DOCKER_HOST=f"unix://{tmp_path}/no-engine.sock", COLUMNS="300")
+    out = tmp_path / "runs"
+    r = _cli(
+        [
+            "run",
+            str(root / "experiments/quickstart.yaml"),
+            "--backend",
+            "docker",
+            "--out",
+            str(out),
+        ],
+        env,
+        root,
+    )
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "DOCKER_HOST=unix://" in r.stderr and "dockerd" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert not out.exists()  # no store, no run folder
+
+
+def test_netem_links_are_refused_before_anything_starts(tmp_path: Path, root: Path) -> None:
+    spec = tmp_path / "netem.yaml"
+    spec.write_text(SPEC.replace("workload:", "links: {mode: netem}\nworkload:"))
+    env = dict(os.environ, DOCKER_HOST=f"unix://{tmp_path}/no-engine.sock", COLUMNS="300")
+    r = _cli(["run", str(spec), "--backend", "docker", "--out", str(tmp_path / "o")], env, root)
+    assert r.returncode == 2 and "links.mode: netem" in r.stderr, r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_ended_container_is_oom_or_its_exit_code() -> None:
+    from testbed.backends.docker import _ended
+
+    assert _ended({"Status": "running", "OOMKilled": False}) is None
+    assert _ended({"Status": "exited", "OOMKilled": True, "ExitCode": 137}) == "oom"
+    assert _ended({"Status": "exited", "OOMKilled": False, "ExitCode": 1}) == "exited 1"

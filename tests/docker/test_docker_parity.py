@@ -1,0 +1,93 @@
+"""Parity: the same small spec (a crash, a 20 s partition, a straggler and a
+time-varying link) on ``--backend local`` and ``--backend docker`` gives the same
+status for every (round, node) and link byte counters within :data:`BYTES_TOL`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import docker
+import pytest
+
+from testbed.runner import run_experiment
+from testbed.spec.loader import parse_spec
+from testbed.store import RunStore
+from tests.docker.conftest import labelled_containers
+
+BYTES_TOL = 0.15  # named tolerance: relative difference of a node's link bytes up/down
+MB = 2**20
+
+PARITY = """\
+name: parity
+seed: 5
+fleet:
+  nodes:
+    - {id: cloud, tier: cloud}
+    - {id: edge, tier: edge, profile: rpi5, count: 4}
+links:
+  defaults:
+    edge-cloud: {bandwidth_mbps: 50, latency_ms: 10}
+  nodes:
+    edge-4:
+      schedule:
+        - {at_s: 5, bandwidth_mbps: 10, latency_ms: 40}
+        - {at_s: 45, bandwidth_mbps: 50, latency_ms: 10}
+workload:
+  fl: {rounds: 4, local_epochs: 1, round_timeout_s: 30}
+faults:
+  - {kind: partition, node: edge-1, at_round: 2, duration_s: 20}
+  - {kind: straggler, node: edge-2, at_round: 3, rounds: 1, factor: 2.0}
+  - {kind: crash, node: edge-3, at_round: 4}
+"""
+# Timing: the round timeout (30 s) leaves ~10 s between the partition's heal (20 s into
+# round 2) and round 2's deadline, so edge-1's held reply lands in round 2 on both
+# backends; with a 15 s timeout the heal fell near round 3's deadline and the status of
+# edge-1 in round 3 (completed or late) was a race on either backend.
+
+
+class Record(NamedTuple):
+    """What the parity test compares of one run."""
+
+    status: dict[tuple[int, str], str]
+    bytes: dict[tuple[str, str], float]
+    kinds: set[tuple[str, str | None]]
+    limits: dict[str | None, dict[str, Any]]
+
+
+def _record(store: RunStore, run_id: str) -> Record:
+    events = store.events(run_id)
+    return Record(
+        status={(r, n): s for r, n, s, _w in store.round_status(run_id)},
+        bytes={
+            (name, n): v
+            for name in ("link_bytes_up", "link_bytes_down")
+            for _r, n, _k, v, _t in store.metrics(run_id, name)
+        },
+        kinds={(e.kind, e.node) for e in events},
+        limits={e.node: json.loads(e.data) for e in events if e.kind == "node_limits"},
+    )
+
+
+def test_local_and_docker_agree(engine: docker.DockerClient, tmp_path: Path) -> None:
+    exp = parse_spec(PARITY)
+    got = {}
+    for backend in ("local", "docker"):
+        store = RunStore(tmp_path / backend)
+        res = run_experiment(exp, store, backend=backend)
+        assert res.status == "completed", (backend, res.summary)
+        got[backend] = _record(store, res.run_id)
+    local, dock = got["local"], got["docker"]
+    assert dock.status == local.status
+    assert len(local.status) == 4 * 4
+    for key, v in local.bytes.items():
+        assert dock.bytes[key] == pytest.approx(v, rel=BYTES_TOL), key
+    for kind in ("link_partitioned", "link_healed", "straggler_set", "node_down"):
+        assert {n for k, n in dock.kinds if k == kind} == {n for k, n in local.kinds if k == kind}
+    assert ("link_changed", "edge-4") in dock.kinds
+    # docker inspect, as recorded: rpi5 = 4 cores (capped at the host's), 8192 MB
+    lim = dock.limits["edge-1"]
+    assert lim["memory"] == f"docker memory={8192 * MB}"
+    assert lim["cpus"].startswith("docker cpu_quota=")
+    assert labelled_containers(engine) == []

@@ -83,6 +83,7 @@ class RecordingStrategy(Strategy):
         self._msgs: list[Message] = []  # this round's train messages (ids set on push)
         self._grid: Grid | None = None
         self._round_t0 = 0.0
+        self._answered_names: set[str] = set()  # nodes that replied this round
 
     def __repr__(self) -> str:
         return f"RecordingStrategy({self.strategy!r})"
@@ -112,7 +113,11 @@ class RecordingStrategy(Strategy):
         replies = list(replies)
         dst_of = {m.metadata.message_id: m.metadata.dst_node_id for m in self._msgs}
         fed: list[tuple[float, float]] = []  # piggybacked (eval accuracy, eval examples)
-        for msg in replies:
+        self._answered_names = set()
+        # successful replies first: a restarted SuperNode answers under its new Flower
+        # node id while its old id is still sampled (until its heartbeat expires); the
+        # old id's silence must not overwrite the node's real reply (see _stale_id)
+        for msg in sorted(replies, key=Message.has_error):
             self._record_train_reply(server_round, msg, dst_of, fed)
         answered = {_node_of(m, dst_of) for m in replies}
         self._record_unanswered(server_round, answered)
@@ -150,6 +155,8 @@ class RecordingStrategy(Strategy):
         nid = _node_of(msg, dst_of)
         if msg.has_error():
             name = self.nodes.name(nid)
+            if self._stale_id(server_round, nid, name, msg.error.reason or ""):
+                return
             tel.status(server_round, name, "failed", msg.error.reason or "")
             tel.metric("bytes_lost", self._sent.get(nid, 0), server_round, name)
             return
@@ -170,6 +177,7 @@ class RecordingStrategy(Strategy):
             tel.metric("eval_loss", _num(m, "eval-loss"), r, name)
             fed.append((_num(m, "eval-acc"), _num(m, "eval-examples")))
         tel.status(server_round, name, "completed")
+        self._answered_names.add(name)
 
     def _record_unanswered(self, server_round: int, answered: set[int]) -> None:
         """Nodes sent a message but silent: failed for now, maybe late later."""
@@ -178,9 +186,22 @@ class RecordingStrategy(Strategy):
             if nid in answered:
                 continue
             name = self.nodes.name(nid)
+            if self._stale_id(server_round, nid, name, "no reply before round timeout"):
+                continue
             self.telemetry.status(server_round, name, "failed", "no reply before round timeout")
             self.telemetry.metric("bytes_lost", self._sent.get(nid, 0), server_round, name)
             self.late.await_reply(m.metadata.message_id, server_round, nid)
+
+    def _stale_id(self, server_round: int, node_id: int, name: str, reason: str) -> bool:
+        """True (and a ``stale_node_id`` event) if ``name`` already answered this round
+        under another Flower node id: ``node_id`` is the identity the node had before a
+        restart, not the node; its failure is not the node's status."""
+        if name not in self._answered_names:
+            return False
+        self.telemetry.event(
+            "stale_node_id", round=server_round, node=name, node_id=str(node_id), reason=reason
+        )
+        return True
 
     def _contributions(self, server_round: int, ok: list[Message], dst_of: dict[str, int]) -> None:
         """Leave-one-out: accuracy of this round's FedAvg aggregate minus that of the

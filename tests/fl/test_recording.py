@@ -111,6 +111,41 @@ def test_error_reply_is_a_failed_status_with_its_reason(setup) -> None:  # noqa:
     assert [r["value"] for r in lost] == [float(task.array_nbytes(rnd.arrays))]
 
 
+@pytest.mark.parametrize("ghost", ["silent", "error"])
+def test_old_node_id_of_a_restarted_node_does_not_overwrite_its_reply(
+    setup,
+    ghost: str,  # noqa: ANN001
+) -> None:
+    """A restarted SuperNode registers a new Flower node id; its old id is still sampled
+    until its heartbeat expires and fails. The node's own reply stands (soak finding)."""
+    from flwr.app.error import Error
+    from flwr.common import Context, RecordDict
+
+    strategy, grid, path = setup
+    rnd = Round(strategy, grid)
+    strategy.aggregate_train(1, rnd.send(1))  # ids 1000-1002 learned
+    old = grid.contexts[1002]
+    grid.contexts[1003] = Context(  # silo-c again, under the id of its new registration
+        run_id=1,
+        node_id=1003,
+        node_config=dict(old.node_config),
+        state=RecordDict(),
+        run_config=dict(old.run_config),
+    )
+    replies = rnd.send(2)
+    to_old = next(m for m in grid.sent[-4:] if m.metadata.dst_node_id == 1002)
+    replies = [r for r in replies if r.metadata.reply_to_message_id != to_old.metadata.message_id]
+    if ghost == "error":  # e.g. the SuperLink answers for a node it lost; put it last
+        replies.append(Message(Error(code=1, reason="node gone"), reply_to=to_old))
+    strategy.aggregate_train(2, replies)
+    round2 = [(r["node"], r["status"]) for r in records(path, "status") if r["round"] == 2]
+    assert sorted(round2) == [(n, "completed") for n in NAMES]
+    stale = records(path, "event", "stale_node_id")
+    assert [(e["round"], e["node"], e["data"]["node_id"]) for e in stale] == [(2, "silo-c", "1002")]
+    lost = [r for r in records(path, "metric", "bytes_lost") if r["round"] == 2]
+    assert lost == []
+
+
 def test_federated_accuracy_weighs_each_silo_by_its_evaluation_count(setup) -> None:  # noqa: ANN001
     strategy, grid, path = setup
     rnd = Round(strategy, grid)
@@ -145,9 +180,7 @@ def test_separate_evaluation_records_eval_and_federated_accuracy(tmp_path: Path)
     splits = task.get_splits(SPEC, 3, 3)
     n_test = {name: len(splits.silo_test[i]) for i, name in enumerate(NAMES)}
     want = sum(acc[n] * n_test[n] for n in NAMES) / sum(n_test.values())
-    assert [r["value"] for r in records(path, "metric", "federated_acc")] == [
-        pytest.approx(want)
-    ]
+    assert [r["value"] for r in records(path, "metric", "federated_acc")] == [pytest.approx(want)]
     assert len(fed.globals) == 2
 
 

@@ -56,8 +56,8 @@ def test_fl_round_with_a_satellite_out_of_view(tmp_path: Path, equatorial) -> No
     # link while partitioned) in a later round and is recorded late (staleness >= 1)
     assert st[(1, "sat")] in {"failed", "late"}
     if st[(1, "sat")] == "late":
-        stale = {r: v for r, n, _k, v, _t in store.metrics(res.run_id, "staleness") if n == "sat"}
-        assert stale.get(2, 0) + stale.get(3, 0) + stale.get(4, 0) >= 1, stale
+        stale = [v for _r, n, _k, v, _t in store.metrics(res.run_id, "staleness") if n == "sat"]
+        assert max(stale) >= 1, stale  # (a reply of the current round may be late by 0)
     assert all(st[(r, "edge")] == "completed" for r in range(1, 5))  # the round went on
     assert st[(4, "sat")] == "completed"  # in view: it takes part again
     part = {n: v for _r, n, _k, v, _t in store.metrics(res.run_id, "link_partitioned_s")}

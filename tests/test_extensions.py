@@ -94,7 +94,7 @@ class Leave(FaultKind):
     def apply(self, ctx: FaultContext, name: str | None) -> None:
         assert name is not None
         ctx.backend.node(name).stop()
-        ctx.node_down(name, "left the federation", self.name)
+        ctx.node_down(name, "left the federation", self.spec.kind)
 
 
 # -- a link kind (testbed/emulation/kinds.py LinkFactory) ------------------------------
@@ -217,6 +217,18 @@ def test_every_extension_is_registered_by_name() -> None:
     assert WORKLOADS["upload"] is Upload
     assert PARTITIONERS["tests.test_extensions:label_ranges"] is label_ranges
     assert STRATEGIES["tests.test_extensions:MyStrategy"] is MyStrategy
+
+
+def test_a_fault_kind_is_named_in_the_yaml_by_name_or_dotted_path() -> None:
+    from testbed.faults import FAULT_KINDS
+
+    for kind in ("leave", "tests.test_extensions:Leave"):
+        exp = parse_spec(FL_YAML.replace("kind: leave", f"kind: {kind}"))
+        assert FAULT_KINDS[exp.faults[0].kind] is Leave
+    with pytest.raises(SpecError, match="must be a subclass of testbed.faults.FaultKind"):
+        parse_spec(FL_YAML.replace("kind: leave", "kind: tests.test_extensions:nearest"))
+    with pytest.raises(SpecError, match=r"faults\.0\.speed: not a parameter of fault kind"):
+        parse_spec(FL_YAML.replace("at_round: 2}", "at_round: 2, speed: 2}"))
 
 
 def test_a_workload_from_here_runs_through_run_experiment(tmp_path: Path) -> None:

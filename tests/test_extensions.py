@@ -219,6 +219,17 @@ def test_every_extension_is_registered_by_name() -> None:
     assert STRATEGIES["tests.test_extensions:MyStrategy"] is MyStrategy
 
 
+def test_docs_architecture_quotes_this_module() -> None:
+    """Every code example of docs/architecture.md is a verbatim excerpt of this file."""
+    import re
+
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    blocks = re.findall(r"```(?:python|yaml)\n(.*?)```", doc, flags=re.S)
+    assert len(blocks) >= 13  # 7 extension points: code, and YAML for 6 of them
+    source = Path(__file__).read_text()
+    assert [b for b in blocks if b not in source] == []
+
+
 def test_a_fault_kind_is_named_in_the_yaml_by_name_or_dotted_path() -> None:
     from testbed.faults import FAULT_KINDS
 
@@ -364,16 +375,33 @@ name: nearest
 seed: 2
 fleet:
   nodes:
-    - {id: edge, tier: edge}
-    - {id: fog, tier: fog}
+    - {id: fog, tier: fog, profile: fog-server}
+    - {id: cloud, tier: cloud, profile: cloud-gpu}
 links:
   defaults:
-    edge-fog: {latency_ms: 5}
+    edge-fog: {latency_ms: 15}
+    edge-cloud: {latency_ms: 30}
 workload:
   functions:
     policy: nearest
-    duration_s: 2
+    duration_s: 3
     origin: edge
     functions:
-      - {name: idle, module: idle, arrivals: {rate_rps: 2}}
+      - {name: idle, module: idle, arrivals: {rate_rps: 3}}
 """
+
+
+@pytest.mark.slow
+def test_the_placement_policy_places_a_functions_run(tmp_path: Path) -> None:
+    """The functions workload places with the user policy: every request goes to the fog
+    node's CPU (the nearest), through its 15 ms link."""
+    store = RunStore(tmp_path)
+    res = run_experiment(parse_spec(FUNCTIONS_YAML), store)
+    assert res.status == "completed", res.summary
+    rows = store.tagged_metrics(res.run_id)
+    placed = [(r.tags["site"], r.tags["reason"]) for r in rows if r.name == "on_gpu"]
+    assert placed == [("fog", "placement: nearest node (15.0 ms)")]
+    served = [r for r in rows if r.name == "e2e_ms"]
+    assert served and {(r.tags["site"], r.tags["backend"]) for r in served} == {("fog", "cpu")}
+    assert all((r.value or 0) >= 2 * 15 for r in served)  # a round trip over the link
+    assert processes_under(tmp_path) == []

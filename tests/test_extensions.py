@@ -230,6 +230,29 @@ def test_docs_architecture_quotes_this_module() -> None:
     assert [b for b in blocks if b not in source] == []
 
 
+def test_docs_architecture_cites_what_exists() -> None:
+    """Every ``file::name`` of docs/architecture.md names a function or class (or a
+    method of one) defined in that file, and every file it names exists."""
+    import ast
+    import re
+
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    refs = re.findall(r"([\w/]+\.py)?::([\w.]+)", doc)
+    assert len(refs) >= 20
+    missing, last = [], ""
+    for path, name in refs:
+        last = path or last
+        tree = ast.parse((ROOT / last).read_text())
+        defs = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+        outer, _, inner = name.partition(".")
+        node = defs.get(outer)
+        if node is None or (inner and inner not in {getattr(n, "name", "") for n in node.body}):
+            missing.append(f"{last}::{name}")
+    assert missing == []
+    files = set(re.findall(r"\b((?:testbed|nodes|tests|ui|experiments)/[\w/]+\.(?:py|yaml))", doc))
+    assert [f for f in sorted(files) if not (ROOT / f).is_file()] == []
+
+
 def test_a_fault_kind_is_named_in_the_yaml_by_name_or_dotted_path() -> None:
     from testbed.faults import FAULT_KINDS
 

@@ -8,9 +8,10 @@ API only, then run for real (docs/architecture.md quotes these definitions).
   the placement policy, the workload) register by name with the registry's decorator
   when this module is imported, before the spec that names them is loaded.
 
-The fleet test runs one FL run on the user backend (2 nodes, 2 rounds, digits) with the
-user partitioner, strategy, link kind and fault; the placement policy runs through the
-functions workload; the workload through ``run_experiment``.
+The fleet test (slow, about 50 s) runs one FL run on the user backend (2 nodes, 2
+rounds, digits) with the user partitioner, strategy, link kind and fault; the placement
+policy runs through a 3 s functions run (about 7 s); the workload through
+``run_experiment``.
 """
 
 from __future__ import annotations
@@ -415,7 +416,6 @@ workload:
 """
 
 
-@pytest.mark.slow
 def test_the_placement_policy_places_a_functions_run(tmp_path: Path) -> None:
     """The functions workload places with the user policy: every request goes to the fog
     node's CPU (the nearest), through its 15 ms link."""

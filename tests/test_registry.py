@@ -86,7 +86,8 @@ def test_placement_policy_by_dotted_path_runs() -> None:
     from testbed.functions.placement import POLICIES, Cost, Job, Site, place
     from testbed.spec.catalog import DeviceProfile
 
-    assert {"static-cpu", "static-gpu", "gaia", "gaia-link"} == set(POLICIES.names())
+    # (other test modules may have registered policies of their own: tests/test_extensions.py)
+    assert {"static-cpu", "static-gpu", "gaia", "gaia-link"} <= set(POLICIES.names())
     name = "tests.fl.custom_hooks:first_node"
     sites = [
         Site("b", "fog", DeviceProfile(cpu_speed_factor=1.0), 1.0, None),

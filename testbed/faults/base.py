@@ -15,7 +15,9 @@ A fault kind is one small class registered by name in :data:`FAULT_KINDS`::
 
 The spec (:class:`testbed.spec.models.FaultSpec`), the chaos engine, ``testbed
 inject``, the controller's ``GET /faults`` and the dashboard all read the registry; a
-new kind is one class in one file (see docs/faults.md).
+new kind is one class in one file (see docs/faults.md). A kind in a user's own package
+needs no registration: ``kind: mypkg.faults:Leave`` in the YAML imports and checks it
+(``self.spec.kind`` is then that path; ``name`` is set by ``register_fault`` only).
 """
 
 from __future__ import annotations
@@ -122,7 +124,15 @@ class FaultKind:
         }
 
 
-FAULT_KINDS: Registry[type[FaultKind]] = Registry("fault kind")
+def _fault_kind_class(obj: object) -> type[FaultKind]:
+    """Accept a :class:`FaultKind` subclass named by dotted path (a user's own kind)."""
+    if not (isinstance(obj, type) and issubclass(obj, FaultKind)):
+        raise TypeError(f"must be a subclass of testbed.faults.FaultKind, got {obj!r}")
+    return obj
+
+
+#: Fault kinds by name; ``kind: package.module:Class`` names a kind outside the testbed.
+FAULT_KINDS: Registry[type[FaultKind]] = Registry("fault kind", validate=_fault_kind_class)
 
 
 def register_fault(name: str) -> Callable[[type[FaultKind]], type[FaultKind]]:

@@ -236,19 +236,33 @@ class FaultSpec(Frozen):
         return kind_params(self)
 
 
+#: Fields of a fault that say when and on whom, not how (every kind has them).
+TRIGGER_FIELDS = frozenset(
+    {"kind", "node", "tier", "at_round", "at_time_s", "probability", "phase", "delay_s"}
+)
+
+
 def kind_params(f: FaultSpec) -> Any:
     """Validate the fields of fault ``f`` its kind declares with the kind's model.
 
     Fields the spec declares for other kinds and leaves unset (None) are not passed;
-    an extra key no kind declares is an error unless ``f``'s kind declares it. Raises
-    ``pydantic.ValidationError`` whose locations are the fault's field names.
+    a parameter field set to a value other than its default for a kind that does not
+    declare it (``factor: 2`` on a crash) and an extra key no kind declares are errors
+    unless ``f``'s kind declares them.
+    Raises ``pydantic.ValidationError`` whose locations are the fault's field names.
     """
     from pydantic_core import InitErrorDetails, PydanticCustomError
 
     from testbed.faults import FAULT_KINDS
 
     model = FAULT_KINDS[f.kind].Params
-    values = {k: getattr(f, k) for k in FaultSpec.model_fields if k in model.model_fields}
+    fields = FaultSpec.model_fields
+    given = {
+        k
+        for k in (f.model_fields_set & fields.keys()) - TRIGGER_FIELDS  # (extras: below)
+        if getattr(f, k) != fields[k].default  # (experiments/reference.yaml shows defaults)
+    } | set(model.model_fields)
+    values = {k: getattr(f, k) for k in FaultSpec.model_fields if k in given}
     values = {k: v for k, v in values.items() if v is not None}
     values.update(f.model_extra or {})
     try:

@@ -14,6 +14,7 @@ A new workload is one class in one file::
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -34,7 +35,6 @@ __all__ = [
 ]
 
 WORKLOADS: Registry[type[Workload]] = Registry("workload")
-BUILTIN = ("fl", "functions", "semantic_mux", "compress")  # modules of this package
 
 
 def register_workload(section: str) -> Callable[[type[Any]], type[Any]]:
@@ -49,9 +49,10 @@ def register_workload(section: str) -> Callable[[type[Any]], type[Any]]:
 
 
 def load_builtin() -> Registry[type[Workload]]:
-    """The registry with the built-in workloads imported (they register themselves)."""
-    for name in BUILTIN:
-        importlib.import_module(f"testbed.workloads.{name}")
+    """The registry with the built-in workloads imported: every module of this package
+    (each registers itself, so a new built-in workload is one new file here)."""
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
     return WORKLOADS
 
 

@@ -11,8 +11,8 @@ Needs an engine at DOCKER_HOST holding the image (``make test-docker`` builds bo
   <= 1.10), and each client node's peak memory (local: process tree RSS; docker: the
   container's memory in ``docker stats``).
 
-    python bench/docker.py start 4 16 32
-    python bench/docker.py rounds [--spec experiments/quickstart.yaml]
+    python bench/docker_fleet.py start 4 16 32
+    python bench/docker_fleet.py rounds [--spec experiments/quickstart.yaml]
 """
 
 from __future__ import annotations
@@ -26,10 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HERE = Path(__file__).resolve().parent
-# `python bench/docker.py` puts bench/ first on sys.path, where this file would shadow
-# the `docker` SDK package: drop it, put the project root first.
-sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
+sys.path.insert(0, str(ROOT))
 
 from testbed.backends.docker import DockerBackend, connect, remove_containers  # noqa: E402
 from testbed.planner import make_plan  # noqa: E402

@@ -40,6 +40,11 @@ class TelemetryTail:
         return [json.loads(line) for line in data[:end].splitlines() if line.strip()]
 
 
+#: Seconds without a round starting or ending, beyond twice the round deadline, after
+#: which a run is declared stuck (set-up and the first round included).
+IDLE_GRACE_S = 300.0
+
+
 class FlRun:
     """One FL run on a started backend: pumps telemetry, drives chaos, records the end.
 
@@ -58,6 +63,7 @@ class FlRun:
         self.tail = TelemetryTail(ctx.run_dir / "telemetry.jsonl")
         self.peak: dict[str, float] = {}
         self.ended = False
+        self.progress_t = time.monotonic()  # when a round last started or ended
         self.chaos: ChaosEngine | None = None
         self.gone: set[str] = set()  # nodes whose end the engine reported
 
@@ -68,6 +74,8 @@ class FlRun:
             self.ctx.store.ingest(self.ctx.run_id, recs)
         for r in recs:
             self.ended |= r.get("kind") == "event" and r.get("name") == "run_end"
+            if r.get("kind") == "event" and r.get("name") in ("round_start", "round_end"):
+                self.progress_t = time.monotonic()
             if self.chaos:
                 self.chaos.on_record(r)
             if self.ctx.observer:
@@ -124,9 +132,13 @@ class FlRun:
 
     def follow(self, proc: Any) -> None:
         """Pump until the run ends (re-attaching after SuperLink restarts) or times out."""
-        deadline = time.time() + self.spec.round_timeout_s * (self.spec.rounds + 2) + 120
+        # A run that makes progress is never cut: the limit is on the time since a round
+        # last started or ended (a SuperLink restart can hold one round for minutes while
+        # Flower's clients back off), not on the whole run.
+        idle_s = 2 * self.spec.round_timeout_s + IDLE_GRACE_S
+        self.progress_t = time.monotonic()
         restarts = 0
-        while time.time() < deadline and not self.ended:
+        while time.monotonic() - self.progress_t < idle_s and not self.ended:
             self.pump()
             if proc.poll() is not None:
                 time.sleep(0.5)
@@ -141,7 +153,10 @@ class FlRun:
                 self.ctx.store.add_event(self.ctx.run_id, "stream_reattached", after_restarts=now)
             time.sleep(0.25)
         if not self.ended and proc.poll() is None:
-            raise TimeoutError("the Flower run did not finish in time (see logs/flwr-run.log)")
+            raise TimeoutError(
+                f"the Flower run made no progress (no round started or ended) for {idle_s:.0f} s"
+                " (see logs/flwr-run.log)"
+            )
 
     def finish(self) -> None:
         """Stop the fleet and record what it observed: ids, links, memory, rounds."""

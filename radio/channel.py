@@ -23,17 +23,10 @@ import math
 
 import torch
 from sionna.phy import Block
-from sionna.phy.channel import (
-    ApplyOFDMChannel,
-    GenerateFlatFadingChannel,
-    KroneckerModel,
-    cir_to_ofdm_channel,
-    subcarrier_frequencies,
-)
-from sionna.phy.channel.tr38901 import CDL, TDL, AntennaArray
-from sionna.phy.channel.utils import exp_corr_mat
+from sionna.phy.channel import ApplyOFDMChannel, subcarrier_frequencies
 from sionna.phy.mimo import lmmse_equalizer
 
+from radio.channel_models import CHANNEL_MODELS, ChannelSettings
 from radio.numerology import Numerology
 
 __all__ = ["MIMOChannel", "block_res", "snr_db_to_no"]
@@ -72,7 +65,9 @@ class MIMOChannel(Block):
 
     Parameters
     ----------
-    model : {"cdl", "tdl", "flat"}
+    model : str
+        A name in :data:`radio.channel_models.CHANNEL_MODELS` ("cdl", "tdl", "flat") or a
+        user model's ``package.module:function``.
         ``cdl``: TR 38.901 CDL with 1x2 cross-polarised 38.901-pattern panels at both ends
         (``num_tx_antennas``/``num_rx_antennas`` = 2 x columns); ``tdl``: TR 38.901 TDL,
         i.i.d. across antenna pairs; ``flat``: Rayleigh flat fading with exponential
@@ -112,52 +107,26 @@ class MIMOChannel(Block):
         device: str | None = None,
     ) -> None:
         super().__init__(precision=precision, device=device)
-        if model not in ("cdl", "tdl", "flat"):
-            raise ValueError(f"model must be one of 'cdl', 'tdl', 'flat', got {model!r}")
-        self.model = model
+        self.model = CHANNEL_MODELS.check(model)
         self.numerology = numerology or Numerology()
         self.num_tx_antennas = num_tx_antennas
         self.num_rx_antennas = num_rx_antennas
         self.subcarriers_per_block = subcarriers_per_block
-        self._freqs = subcarrier_frequencies(
-            subcarriers_per_block, self.numerology.subcarrier_spacing_hz, device=self.device
+        settings = ChannelSettings(
+            profile=profile,
+            carrier_frequency_hz=carrier_frequency_hz,
+            num_tx_antennas=num_tx_antennas,
+            num_rx_antennas=num_rx_antennas,
+            delay_spread_s=delay_spread_s,
+            max_speed_mps=max_speed_mps,
+            flat_correlation=flat_correlation,
+            sampling_frequency_hz=1.0 / self.numerology.ofdm_symbol_duration_s,
+            freqs=subcarrier_frequencies(
+                subcarriers_per_block, self.numerology.subcarrier_spacing_hz, device=self.device
+            ),
+            device=self.device,
         )
-        self._sampling_frequency_hz = 1.0 / self.numerology.ofdm_symbol_duration_s
-        if model == "cdl":
-            for name, n in (("num_tx_antennas", num_tx_antennas),
-                            ("num_rx_antennas", num_rx_antennas)):
-                if n % 2:
-                    raise ValueError(f"{name} must be even for CDL (dual polarisation), got {n}")
-            arrays = [
-                AntennaArray(
-                    num_rows=1, num_cols=n // 2, polarization="dual",
-                    polarization_type="cross", antenna_pattern="38.901",
-                    carrier_frequency=carrier_frequency_hz, device=self.device,
-                )
-                for n in (num_tx_antennas, num_rx_antennas)
-            ]
-            # Uplink: the edge device (UT) transmits to the fog node (BS).
-            self._gen = CDL(
-                profile, delay_spread_s, carrier_frequency_hz, ut_array=arrays[0],
-                bs_array=arrays[1], direction="uplink", min_speed=0.0,
-                max_speed=max_speed_mps, device=self.device,
-            )
-        elif model == "tdl":
-            self._gen = TDL(
-                profile, delay_spread_s, carrier_frequency_hz, min_speed=0.0,
-                max_speed=max_speed_mps, num_rx_ant=num_rx_antennas,
-                num_tx_ant=num_tx_antennas, device=self.device,
-            )
-        else:
-            corr = None
-            if flat_correlation > 0:
-                corr = KroneckerModel(
-                    exp_corr_mat(flat_correlation, num_tx_antennas, device=self.device),
-                    exp_corr_mat(flat_correlation, num_rx_antennas, device=self.device),
-                )
-            self._gen = GenerateFlatFadingChannel(
-                num_tx_antennas, num_rx_antennas, spatial_corr=corr, device=self.device
-            )
+        self._draw = CHANNEL_MODELS[model](settings)
         self._apply_channel = ApplyOFDMChannel(add_awgn=True, device=self.device)
 
     def num_ofdm_symbols(self, channel_uses: int) -> int:
@@ -174,13 +143,7 @@ class MIMOChannel(Block):
             ``M`` receive and ``N`` transmit antennas, ``T`` OFDM symbols, ``F`` subcarriers;
             unit average energy per antenna pair over each block.
         """
-        t, f = num_ofdm_symbols, self.subcarriers_per_block
-        if self.model == "flat":
-            h = self._gen(batch_size)  # [B, M, N]
-            return h[..., None, None].expand(-1, -1, -1, t, f).contiguous()
-        a, tau = self._gen(batch_size, t, self._sampling_frequency_hz)
-        h = cir_to_ofdm_channel(self._freqs, a, tau, normalize=True)
-        return h[:, 0, :, 0]  # [B, M, N, T, F]
+        return self._draw(batch_size, num_ofdm_symbols)
 
     def call(
         self, x: torch.Tensor, h: torch.Tensor, no: torch.Tensor

@@ -20,6 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from radio.channel_models import CHANNEL_MODELS
 from radio.task_registry import DIGITS_TASKS, TASK_BUILDERS
 
 __all__ = [
@@ -106,7 +107,7 @@ class SemanticMuxSpec(BaseModel):
     num_resource_blocks: int = Field(66, ge=1, le=275)
     num_tx_antennas: int = Field(4, ge=1, le=16)
     num_rx_antennas: int = Field(4, ge=1, le=16)
-    channel_model: Literal["cdl", "tdl", "flat"] = "cdl"
+    channel_model: str = "cdl"  # a name in radio.channel_models.CHANNEL_MODELS
     channel_profile: Literal["A", "B", "C", "D", "E"] = "C"
     delay_spread_s: float = Field(30e-9, gt=0, le=5e-6)
     max_speed_mps: float = Field(3.0, ge=0, le=500)
@@ -159,6 +160,14 @@ class SemanticMuxSpec(BaseModel):
                 f"{[int(s) for s in NR_SUBCARRIER_SPACINGS_HZ]}, got {v}"
             )
         return v
+
+    @field_validator("channel_model")
+    @classmethod
+    def _check_channel_model(cls, v: str) -> str:
+        try:
+            return CHANNEL_MODELS.check(v)
+        except ValueError as exc:
+            raise ValueError(f"channel_model: {exc}") from None
 
     @field_validator("tasks")
     @classmethod

@@ -43,6 +43,8 @@ class TelemetryTail:
 #: Seconds without a round starting or ending, beyond twice the round deadline, after
 #: which a run is declared stuck (set-up and the first round included).
 IDLE_GRACE_S = 300.0
+#: Seconds after a SuperLink restart during which a dropped log stream is opened again.
+REATTACH_WINDOW_S = 60.0
 
 
 class FlRun:
@@ -64,6 +66,7 @@ class FlRun:
         self.peak: dict[str, float] = {}
         self.ended = False
         self.progress_t = time.monotonic()  # when a round last started or ended
+        self._restarts_seen, self._restart_t = 0, 0.0  # SuperLink restarts, the last one's time
         self.chaos: ChaosEngine | None = None
         self.gone: set[str] = set()  # nodes whose end the engine reported
 
@@ -137,26 +140,41 @@ class FlRun:
         # Flower's clients back off), not on the whole run.
         idle_s = 2 * self.spec.round_timeout_s + IDLE_GRACE_S
         self.progress_t = time.monotonic()
-        restarts = 0
         while time.monotonic() - self.progress_t < idle_s and not self.ended:
             self.pump()
             if proc.poll() is not None:
                 time.sleep(0.5)
                 self.pump()
-                # The log stream drops when the SuperLink restarts (fault
-                # superlink-restart); the run itself goes on: stream it again.
-                now = self.backend.superlink_restarts
-                if self.ended or now == restarts or self.backend.flwr_run_id() is None:
+                proc = self._reattach()
+                if proc is None:
                     break
-                restarts = now
-                proc = self.backend.attach(self.backend.flwr_run_id())
-                self.ctx.store.add_event(self.ctx.run_id, "stream_reattached", after_restarts=now)
             time.sleep(0.25)
+        if proc is None:
+            return
         if not self.ended and proc.poll() is None:
             raise TimeoutError(
                 f"the Flower run made no progress (no round started or ended) for {idle_s:.0f} s"
                 " (see logs/flwr-run.log)"
             )
+
+    def _reattach(self) -> Any | None:
+        """A new log stream of the Flower run, or None if the run is over.
+
+        The stream drops when the SuperLink restarts (fault ``superlink-restart``) and a
+        stream opened while it is still down (two restarts in a row) fails at once: the
+        run itself goes on, so it is streamed again for up to ``REATTACH_WINDOW_S`` after
+        the last restart seen.
+        """
+        now = self.backend.superlink_restarts
+        if now != self._restarts_seen:
+            self._restarts_seen, self._restart_t = now, time.monotonic()
+        recent = time.monotonic() - self._restart_t < REATTACH_WINDOW_S
+        run_id = self.backend.flwr_run_id()
+        if self.ended or not (now and recent) or run_id is None:
+            return None
+        time.sleep(1.0)  # (the SuperLink may still be starting)
+        self.ctx.store.add_event(self.ctx.run_id, "stream_reattached", after_restarts=now)
+        return self.backend.attach(run_id)
 
     def finish(self) -> None:
         """Stop the fleet and record what it observed: ids, links, memory, rounds."""

@@ -261,16 +261,6 @@ def _prewarm(ready_file: str | None, limits: dict[str, str] | None = None) -> No
         Path(ready_file).write_text(json.dumps({"pid": os.getpid(), "limits": limits or {}}))
 
 
-def poll_interval_s(protocol_timing: str) -> float:
-    """The warm executor's wait between empty task polls, s, in ``protocol_timing``.
-
-    ``flower``: 0.2 s, as before the setting existed (Flower's own SuperExec waits
-    1 s, but the warm executor replaces it, and its per-message process start, anyway);
-    ``fast``: 0.05 s.
-    """
-    return 0.05 if protocol_timing == "fast" else 0.2
-
-
 def run_supernode(
     superlink: str,
     port: int,
@@ -302,7 +292,11 @@ def run_supernode(
     # Warm up while the SuperNode connects: the ClientApp's imports happen once, here.
     threading.Thread(target=_prewarm, args=(ready_file, limits), daemon=True).start()
 
-    executor = WarmExecutor(f"127.0.0.1:{port}", poll_interval_s(timing))
+    from nodes.fl.timing import CLIENTAPP, executor_poll_s, install
+
+    if timing == "fast":  # the ClientApp's object pulls run here (nodes/fl/timing.py)
+        install(CLIENTAPP)
+    executor = WarmExecutor(f"127.0.0.1:{port}", executor_poll_s(timing))
     _forward_signals(child, executor.stop)
 
     def watch() -> None:

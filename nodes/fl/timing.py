@@ -8,24 +8,36 @@ nothing:
 * a SuperNode waiting for its ClientApp's reply checks every 0.5 s
   (``flwr.supernode.start_client_internal._push_messages``);
 * the ServerApp's grid polls the SuperLink for replies every 3 s
-  (``flwr.superlink.grid.http_grid.HttpGrid.send_and_receive``).
+  (``flwr.superlink.grid.http_grid.HttpGrid.send_and_receive``);
+* whoever pulls a message's objects (SuperNode from the SuperLink, ClientApp from the
+  SuperNode, ServerApp from the SuperLink) and finds one not stored yet backs off
+  1 s, 2 s, 4 s ... up to 10 s (``flwr.supercore.inflatable.inflatable_utils``:
+  ``pull_objects`` and ``pull_and_inflate_object_from_tree``, keyword defaults
+  ``initial_backoff=1``, ``backoff_cap=10``, ``max_tries_per_object=500``). A
+  SuperNode announces a task before it has pulled the message's objects, so a warm
+  executor's first pull nearly always meets this (1 + 2 s).
 
 With 0.1-0.4 s of training per client, these waits make most of a round. ``flower``
 mode (``workload.fl.protocol_timing: flower``) runs Flower untouched: the reference for
 comparisons with real deployments. ``fast`` mode shortens exactly these waits, and
-nothing else, by replacing the ``time`` name in the two Flower modules with a
+nothing else: it replaces the ``time`` name in the two Flower modules with a
 :class:`TimeShim` whose ``sleep`` changes a call only when it comes from one of the
-functions above with Flower's hard-coded value; every other sleep (retries, back-offs,
-heartbeats, other waits in the same modules) is passed on unchanged. The message
-protocol, its contents and every other setting stay Flower's; no Flower code is copied.
+functions above with Flower's hard-coded value (every other sleep -- retries,
+heartbeats, other waits in the same modules -- is passed on unchanged), and it sets the
+two pull functions' keyword defaults to :data:`FAST_BACKOFF` (0.02 s doubling up to
+0.2 s; no per-object try limit, so Flower's 7200 s ``max_time`` still bounds a pull, as
+Flower's own 500 tries x 10 s do). The message protocol, its contents and every other
+setting stay Flower's; no Flower code is copied.
 
 Where it applies: the node agent starts a fast SuperNode as
 ``python -m nodes.fl.timing fast flower-supernode ARGS`` (:func:`main`: install the
-shim, then run Flower's own console entry point with ``ARGS``); the testbed's ServerApp
-calls :func:`install` itself before its first round (the ServerApp runs inside Flower's
-``flwr-serverapp`` process, started by Flower's SuperExec, so that is the first code of
-the testbed there). If a Flower release no longer has a patched wait (function gone, or
-its hard-coded value changed), :func:`install` raises instead of silently doing nothing.
+shim, then run Flower's own console entry point with ``ARGS``) and installs the
+``clientapp`` part in its own process, where the warm executor runs ClientApp tasks;
+the testbed's ServerApp calls :func:`install` itself before its first round (the
+ServerApp runs inside Flower's ``flwr-serverapp`` process, started by Flower's
+SuperExec, so that is the first code of the testbed there). If a Flower release no
+longer has a patched wait (function gone, or its hard-coded value changed),
+:func:`install` raises instead of silently doing nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +55,15 @@ ProtocolTiming = Literal["flower", "fast"]
 PROTOCOL_TIMINGS: tuple[str, ...] = ("flower", "fast")
 SUPERNODE = "supernode"
 SERVERAPP = "serverapp"
+CLIENTAPP = "clientapp"
+BACKOFF_MODULE = "flwr.supercore.inflatable.inflatable_utils"
+BACKOFF_FUNCTIONS = ("pull_objects", "pull_and_inflate_object_from_tree")
+#: keyword default -> (Flower's value, the value in ``fast`` mode)
+FAST_BACKOFF: dict[str, tuple[float | None, float | None]] = {
+    "initial_backoff": (1, 0.02),
+    "backoff_cap": (10, 0.2),
+    "max_tries_per_object": (500, None),
+}
 
 
 @dataclass(frozen=True)
@@ -74,6 +95,7 @@ WAITS: dict[str, tuple[Wait, ...]] = {
         Wait("flwr.supernode.start_client_internal", "_push_messages", 0.5, 0.02),
     ),
     SERVERAPP: (Wait("flwr.superlink.grid.http_grid", "HttpGrid.send_and_receive", 3.0, 0.1),),
+    CLIENTAPP: (),  # the object-pull back-off only
 }
 
 
@@ -127,8 +149,26 @@ def _check_hard_coded(wait: Wait, code: CodeType) -> None:
         )
 
 
+def _set_backoff(fast: bool) -> None:
+    """Give the object-pull functions the ``fast`` (or Flower's) back-off defaults."""
+    module = importlib.import_module(BACKOFF_MODULE)
+    for name in BACKOFF_FUNCTIONS:
+        fn = getattr(module, name, None)
+        defaults = dict(getattr(fn, "__kwdefaults__", None) or {})
+        want = {k: v[0] for k, v in FAST_BACKOFF.items()}
+        now = {k: defaults.get(k, "absent") for k in FAST_BACKOFF}
+        if fast and now != want and now != {k: v[1] for k, v in FAST_BACKOFF.items()}:
+            raise RuntimeError(
+                f"protocol_timing fast: {BACKOFF_MODULE}.{name} back-off defaults are "
+                f"{now}, not Flower 1.41's {want} (update nodes/fl/timing.py)"
+            )
+        defaults.update({k: v[1 if fast else 0] for k, v in FAST_BACKOFF.items()})
+        fn.__kwdefaults__ = defaults  # type: ignore[union-attr]
+
+
 def install(component: str) -> dict[str, TimeShim]:
-    """Shorten ``component``'s waits (``supernode`` or ``serverapp``) in this process.
+    """Shorten ``component``'s waits in this process (``supernode``, ``serverapp``, or
+    ``clientapp``: the warm executor's process) and the object-pull back-off.
 
     Returns
     -------
@@ -138,11 +178,12 @@ def install(component: str) -> dict[str, TimeShim]:
     if component not in WAITS:
         raise ValueError(f"component must be one of {sorted(WAITS)}, got {component!r}")
     rules: dict[str, dict[CodeType, tuple[float, float]]] = {}
-    for wait in WAITS[component]:
+    for wait in WAITS[component]:  # every check first: a failed install changes nothing
         module = importlib.import_module(wait.module)
         code = _code(module, wait.function)
         _check_hard_coded(wait, code)
         rules.setdefault(wait.module, {})[code] = (wait.flower_s, wait.fast_s)
+    _set_backoff(True)
     shims: dict[str, TimeShim] = {}
     for name, waits in rules.items():
         module = importlib.import_module(name)
@@ -158,7 +199,8 @@ def install(component: str) -> dict[str, TimeShim]:
 
 
 def uninstall(component: str) -> None:
-    """Give ``component``'s Flower modules their ``time`` module back."""
+    """Give ``component``'s Flower modules their ``time`` module and back-off back."""
+    _set_backoff(False)
     for wait in WAITS[component]:
         module = importlib.import_module(wait.module)
         if isinstance(getattr(module, "time", None), TimeShim):
@@ -176,6 +218,16 @@ def shim_command(python: str, timing: str, script: str, args: Sequence[str]) -> 
     if timing == "flower":
         return [script, *args]
     return [python, "-m", "nodes.fl.timing", timing, script.rsplit("/", 1)[-1], *args]
+
+
+def executor_poll_s(protocol_timing: str) -> float:
+    """The warm executor's wait between empty task polls, s.
+
+    ``flower``: 0.2 s, as before this setting existed (Flower's own SuperExec waits
+    1 s, but the warm executor replaces it, and its per-message process start, anyway);
+    ``fast``: 0.05 s.
+    """
+    return 0.05 if protocol_timing == "fast" else 0.2
 
 
 #: Flower console scripts the shim can start -> the component whose waits change.

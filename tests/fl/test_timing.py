@@ -1,10 +1,11 @@
 """The protocol-timing shim changes exactly Flower's hard-coded polling waits (issue 15).
 
 ``fast`` mode must shorten the SuperNode's 3 s empty-pull wait, its 0.5 s wait for a
-ClientApp reply and the ServerApp grid's 3 s reply poll, and nothing else; ``flower``
-mode must leave Flower's modules as they are. Flower's own functions run here where
-that can be done without a fleet (``_push_messages``, ``HttpGrid.send_and_receive``),
-with ``time.sleep`` recorded instead of slept.
+ClientApp reply, the ServerApp grid's 3 s reply poll and the object-pull back-off, and
+nothing else; ``flower`` mode must leave Flower's modules as they are. Flower's own
+functions run here where that can be done without a fleet (``_push_messages``,
+``HttpGrid.send_and_receive``, ``pull_objects``), with ``time.sleep`` recorded instead
+of slept.
 """
 
 from __future__ import annotations
@@ -15,13 +16,26 @@ import time
 from collections.abc import Iterator
 from types import SimpleNamespace
 
+import flwr.supercore.inflatable.inflatable_utils as inflatable
 import flwr.superlink.grid.http_grid as http_grid
 import flwr.supernode.start_client_internal as sci
 import pytest
+from flwr.supercore.inflatable.inflatable_utils import ObjectUnavailableError
 
 from nodes.agent import supernode_command
 from nodes.fl import timing
-from nodes.fl.timing import SERVERAPP, SUPERNODE, WAITS, TimeShim, install, main, uninstall
+from nodes.fl.timing import (
+    CLIENTAPP,
+    SERVERAPP,
+    SUPERNODE,
+    WAITS,
+    TimeShim,
+    install,
+    main,
+    uninstall,
+)
+
+FLOWER_BACKOFF = {"initial_backoff": 1, "backoff_cap": 10, "max_tries_per_object": 500}
 
 
 class Stop(Exception):
@@ -126,6 +140,7 @@ def test_a_changed_flower_release_is_an_error(monkeypatch: pytest.MonkeyPatch) -
         install("probe")
     with pytest.raises(ValueError, match="component must be one of"):
         install("superlink")
+    assert sci.time is time and inflatable.pull_objects.__kwdefaults__["backoff_cap"] == 10
 
 
 def test_shim_command_and_entry_point() -> None:
@@ -143,3 +158,36 @@ def test_shim_command_and_entry_point() -> None:
         timeout=60,
     )
     assert out.returncode == 0 and "--superlink" in out.stdout
+
+
+def _pull_twice_unavailable() -> float:
+    """Seconds Flower's ``pull_objects`` takes for an object unavailable twice."""
+    answers = iter([ObjectUnavailableError("o"), ObjectUnavailableError("o"), b"x"])
+
+    def pull(object_id: str) -> bytes:
+        a = next(answers)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    t0 = time.perf_counter()
+    assert inflatable.pull_objects(["o"], pull) == {"o": b"x"}
+    return time.perf_counter() - t0
+
+
+def test_object_pull_backoff_flower_and_fast() -> None:
+    for fn in (inflatable.pull_objects, inflatable.pull_and_inflate_object_from_tree):
+        assert {k: fn.__kwdefaults__[k] for k in FLOWER_BACKOFF} == FLOWER_BACKOFF
+    try:
+        install(CLIENTAPP)
+        for fn in (inflatable.pull_objects, inflatable.pull_and_inflate_object_from_tree):
+            assert fn.__kwdefaults__["initial_backoff"] == 0.02
+            assert fn.__kwdefaults__["backoff_cap"] == 0.2
+            assert fn.__kwdefaults__["max_tries_per_object"] is None
+            assert fn.__kwdefaults__["max_time"] == 7200  # still bounded as in Flower
+        assert sci.time is time and http_grid.time is time  # no polling wait touched
+        assert _pull_twice_unavailable() < 0.3  # Flower: 1 s + 2 s (+-20 %)
+    finally:
+        uninstall(CLIENTAPP)
+    fn = inflatable.pull_objects
+    assert {k: fn.__kwdefaults__[k] for k in FLOWER_BACKOFF} == FLOWER_BACKOFF

@@ -195,6 +195,13 @@ def install(component: str) -> dict[str, TimeShim]:
             shims[name] = module.time = TimeShim(waits)  # type: ignore[attr-defined]
         else:
             raise RuntimeError(f"protocol_timing fast: {name}.time is not the time module")
+    listed = ", ".join(f"{w.function} {w.flower_s:g}->{w.fast_s:g} s" for w in WAITS[component])
+    print(
+        f"protocol_timing fast ({component}): {listed or 'no polling wait'}; object-pull "
+        f"back-off {FAST_BACKOFF['initial_backoff'][1]}-{FAST_BACKOFF['backoff_cap'][1]} s",
+        file=sys.stderr,
+        flush=True,
+    )
     return shims
 
 

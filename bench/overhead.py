@@ -1,13 +1,16 @@
-"""Overhead of the testbed vs bare Flower, measured in the same run.
+"""Overhead of the testbed vs bare Flower, in both protocol timings, in ONE run.
 
 Bare: ``flower-superlink`` + N ``flower-supernode`` (Flower's default subprocess
 isolation: a cold ``flwr-clientapp`` per message) + ``flwr run``, started directly.
-Testbed: ``run_experiment`` on the local backend (warm executor). Same Flower app, same
-spec (experiments/quickstart.yaml unless --spec), same seed. Round time is the
-ServerApp's own ``round_duration_s`` (configure_train -> aggregate_train) in both.
+Testbed: ``run_experiment`` on the local backend (warm executor), once with
+``workload.fl.protocol_timing: flower`` (Flower's own 3 s polling) and once with
+``fast`` (the shim of ``nodes/fl/timing.py``). Same Flower app, same spec
+(experiments/quickstart.yaml unless --spec), same seed. Round time is the ServerApp's
+own ``round_duration_s`` (configure_train -> aggregate_train) in all three.
 
-Prints median round time, ratio testbed/bare (goal <= 1.10), wall time, final
-accuracy and peak memory per client node (whole process tree).
+Prints median round time, wall time, final accuracy, the clients' median training time
+per round, and peak RSS and PSS per client node (whole process tree, from
+``/proc/<pid>/smaps_rollup``), with ratios to bare Flower.
 
     python bench/overhead.py [--spec experiments/quickstart.yaml] [--rounds 5]
 """
@@ -21,12 +24,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import tomli_w
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.nodemem import PeakSampler, testbed_nodes  # noqa: E402
 from nodes.agent import flower_bin, superlink_command, supernode_command  # noqa: E402
 from testbed.backends.local import APP_DIR, _env  # noqa: E402
 from testbed.planner import make_plan  # noqa: E402
@@ -37,7 +42,7 @@ from testbed.store import RunStore  # noqa: E402
 from testbed.workloads.fl import TelemetryTail  # noqa: E402
 
 
-def bare_flower(plan, work: Path) -> dict:
+def bare_flower(plan: Any, work: Path) -> dict[str, Any]:
     """Run the app with Flower's own CLIs and default isolation; return measurements."""
     spec = plan.experiment.workload.fl
     procs = ProcGroup()
@@ -50,86 +55,119 @@ def bare_flower(plan, work: Path) -> dict:
         wait_port(port, 60)
         n = len(plan.clients)
         for node in plan.clients:
+            config = node.node_config(n)
+            config.pop("protocol-timing")  # a testbed setting, not Flower's
             procs.start(
                 node.name,
-                supernode_command(
-                    f"127.0.0.1:{port}", free_port(), node.node_config(n), warm=False
-                ),
+                supernode_command(f"127.0.0.1:{port}", free_port(), config, warm=False),
                 work / f"{node.name}.log",
                 env=_env(work / node.name),
             )
-        home = work / "home"
-        home.mkdir()
-        (home / "config.toml").write_text(
-            tomli_w.dumps(
-                {
-                    "superlink": {
-                        "default": "bare",
-                        "bare": {"address": f"127.0.0.1:{port}", "insecure": True},
-                    }
-                }
-            )
-        )
-        tel = work / "telemetry.jsonl"
-        (work / "rc.toml").write_text(
-            tomli_w.dumps(
-                {
-                    "fl-spec": spec.model_dump_json(),
-                    "seed": plan.seed,
-                    "node-names": json.dumps(plan.client_names()),
-                    "telemetry-path": str(tel),
-                    "artifact-dir": "",
-                }
-            )
-        )
-        run = procs.start(
-            "flwr",
-            [
-                flower_bin("flwr"),
-                "run",
-                str(APP_DIR),
-                "bare",
-                "--run-config",
-                str(work / "rc.toml"),
-                "--stream",
-            ],
-            work / "flwr.log",
-            env=_env(home),
-        )
-        peak: dict[str, float] = {}
-        while run.poll() is None:
-            for node in plan.clients:
-                peak[node.name] = max(peak.get(node.name, 0), procs.rss_mb(node.name))
-            time.sleep(0.25)
+        run = _flwr_run(procs, plan, spec, port, work)
+        names = [node.name for node in plan.clients]
+        with PeakSampler(lambda: {k: procs.procs[k].pid for k in names}) as mem:
+            while run.poll() is None:
+                time.sleep(0.25)
         wall = time.time() - t0
     finally:
         procs.stop_all()
-    recs = TelemetryTail(tel).read()
-    rounds = [r["value"] for r in recs if r.get("name") == "round_duration_s"]
-    acc = [r["value"] for r in recs if r.get("name") == "global_acc"]
+    recs = TelemetryTail(work / "telemetry.jsonl").read()
     return {
-        "round_s": rounds,
+        "round_s": [r["value"] for r in recs if r.get("name") == "round_duration_s"],
+        "train_s": [r["value"] for r in recs if r.get("name") == "train_duration_s"],
         "wall_s": wall,
-        "final_acc": acc[-1] if acc else None,
-        "peak_rss_mb": peak,
+        "final_acc": ([r["value"] for r in recs if r.get("name") == "global_acc"] or [None])[-1],
+        "rss": mem.rss,
+        "pss": mem.pss,
     }
 
 
-def testbed_run(exp, work: Path) -> dict:
+def _flwr_run(procs: ProcGroup, plan: Any, spec: Any, port: int, work: Path) -> Any:
+    """Submit the testbed's Flower app with ``flwr run --stream``; return the process."""
+    home = work / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        tomli_w.dumps(
+            {
+                "superlink": {
+                    "default": "bare",
+                    "bare": {"address": f"127.0.0.1:{port}", "insecure": True},
+                }
+            }
+        )
+    )
+    (work / "rc.toml").write_text(
+        tomli_w.dumps(
+            {
+                "fl-spec": spec.model_dump_json(),
+                "seed": plan.seed,
+                "node-names": json.dumps(plan.client_names()),
+                "telemetry-path": str(work / "telemetry.jsonl"),
+                "artifact-dir": "",
+            }
+        )
+    )
+    cmd = [flower_bin("flwr"), "run", str(APP_DIR), "bare", "--run-config", str(work / "rc.toml")]
+    return procs.start("flwr", [*cmd, "--stream"], work / "flwr.log", env=_env(home))
+
+
+def testbed_run(exp: Any, work: Path) -> dict[str, Any]:
+    """One ``run_experiment`` on the local backend; return measurements."""
     store = RunStore(work / "runs")
     t0 = time.time()
-    res = run_experiment(exp, store, spec_path="bench")
+    with PeakSampler(lambda: testbed_nodes(work)) as mem:
+        res = run_experiment(exp, store, spec_path="bench")
     wall = time.time() - t0
-    rounds = [v for _r, _n, _k, v, _t in store.metrics(res.run_id, "round_duration_s")]
-    peak = {n: v for _r, n, _k, v, _t in store.metrics(res.run_id, "peak_rss_mb")}
-    clients = set(make_plan(exp).client_names())
+
+    def values(name: str) -> list[float]:
+        return [v for _r, _n, _k, v, _t in store.metrics(res.run_id, name)]
+
     return {
-        "round_s": rounds,
+        "round_s": values("round_duration_s"),
+        "train_s": values("train_duration_s"),
         "wall_s": wall,
         "final_acc": res.summary.get("final_global_acc"),
-        "peak_rss_mb": {k: v for k, v in peak.items() if k in clients},
+        "rss": mem.rss,
+        "pss": mem.pss,
         "status": res.status,
     }
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def _pss(col: dict[str, Any]) -> float:
+    """Median over nodes of the peak PSS per node, MB."""
+    return _median(list(col["pss"].values()))
+
+
+def report(names: list[str], cols: dict[str, dict[str, Any]]) -> None:
+    """Print the table and the ratios to bare Flower."""
+
+    def row(label: str, fmt: str, get: Any) -> None:
+        print(f"{label:30s}" + "".join(f"{get(c):{fmt}}" for c in cols.values()))
+
+    print("\nmeasured on this machine, same run, same app and spec")
+    print(f"{'':30s}" + "".join(f"{k:>16s}" for k in cols))
+    row("median round time s", "16.2f", lambda c: _median(c["round_s"]))
+    row("first round s", "16.2f", lambda c: c["round_s"][0] if c["round_s"] else float("nan"))
+    row("median client train s", "16.3f", lambda c: _median(c["train_s"]))
+    row("wall time s (fleet+run)", "16.1f", lambda c: c["wall_s"])
+    row("final global accuracy", "16.3f", lambda c: c["final_acc"] or float("nan"))
+    for name in names:
+        row(f"peak RSS MB {name}", "16.0f", lambda c, n=name: c["rss"].get(n, 0))
+        row(f"peak PSS MB {name}", "16.0f", lambda c, n=name: c["pss"].get(n, 0))
+    row("median peak PSS MB per node", "16.0f", _pss)
+    bare = cols["bare Flower"]
+    for key, col in cols.items():
+        if key == "bare Flower":
+            continue
+        print(
+            f"{key}/bare: median round {_median(col['round_s']) / _median(bare['round_s']):.3f}"
+            f", wall {col['wall_s'] / bare['wall_s']:.3f}"
+            f", PSS per node {_pss(col) / _pss(bare):.3f}"
+        )
 
 
 def main() -> None:
@@ -138,30 +176,21 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=None)
     args = ap.parse_args()
     sets = [f"workload.fl.rounds={args.rounds}"] if args.rounds else []
-    exp = load_spec(args.spec, parse_set(sets))
-    plan = make_plan(exp)
+    cols: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as d:
-        print(
-            f"bare Flower: {len(plan.clients)} SuperNodes, {exp.workload.fl.rounds} rounds ...",
-            flush=True,
-        )
-        bare = bare_flower(plan, Path(d) / "bare")
-        print("testbed run (local backend, warm executor) ...", flush=True)
-        tb = testbed_run(exp, Path(d) / "tb")
-    mb, mt = statistics.median(bare["round_s"]), statistics.median(tb["round_s"])
-    print("\nmeasured on this machine, same run, same app and spec")
-    print(f"{'':28s}{'bare Flower':>14s}{'testbed':>14s}")
-    print(f"{'median round time s':28s}{mb:14.2f}{mt:14.2f}")
-    print(f"{'first round s':28s}{bare['round_s'][0]:14.2f}{tb['round_s'][0]:14.2f}")
-    print(f"{'wall time s (fleet+run)':28s}{bare['wall_s']:14.1f}{tb['wall_s']:14.1f}")
-    print(f"{'final global accuracy':28s}{bare['final_acc']:14.3f}{tb['final_acc']:14.3f}")
-    for name in plan.client_names():
-        print(
-            f"{'peak RSS MB ' + name:28s}{bare['peak_rss_mb'].get(name, 0):14.0f}"
-            f"{tb['peak_rss_mb'].get(name, 0):14.0f}"
-        )
-    print(f"\nratio median round time testbed/bare = {mt / mb:.3f}  (goal <= 1.10)")
-    print(f"ratio wall time testbed/bare = {tb['wall_s'] / bare['wall_s']:.3f}")
+        for timing in ("flower", "fast", "bare"):
+            mode = "flower" if timing == "bare" else timing
+            exp = load_spec(args.spec, parse_set([*sets, f"workload.fl.protocol_timing={mode}"]))
+            plan = make_plan(exp)
+            print(
+                f"{timing}: {len(plan.clients)} nodes, {exp.workload.fl.rounds} rounds", flush=True
+            )
+            if timing == "bare":
+                cols["bare Flower"] = bare_flower(plan, Path(d) / "bare")
+            else:
+                cols[f"testbed {timing}"] = testbed_run(exp, Path(d) / timing)
+    order = ["bare Flower", "testbed flower", "testbed fast"]
+    report(plan.client_names(), {k: cols[k] for k in order})
 
 
 if __name__ == "__main__":

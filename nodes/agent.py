@@ -65,25 +65,37 @@ def superlink_command(
 
 
 def supernode_command(
-    superlink: str, port: int, node_config: dict[str, object], warm: bool = True
+    superlink: str,
+    port: int,
+    node_config: dict[str, object],
+    warm: bool = True,
+    protocol_timing: str = "flower",
 ) -> list[str]:
     """Command line of a real ``flower-supernode``.
 
     ``warm`` selects ``--isolation process`` (the agent's warm executor runs tasks)
-    instead of Flower's default cold ``subprocess`` isolation.
+    instead of Flower's default cold ``subprocess`` isolation. ``protocol_timing``
+    ``fast`` starts it through the timing shim (``nodes/fl/timing.py``); ``flower``
+    runs Flower's script untouched.
     """
-    return [
+    from nodes.fl.timing import shim_command
+
+    return shim_command(
+        sys.executable,
+        protocol_timing,
         flower_bin("flower-supernode"),
-        "--insecure",
-        "--superlink",
-        superlink,
-        "--port",
-        str(port),
-        "--node-config",
-        node_config_arg(node_config),
-        "--isolation",
-        "process" if warm else "subprocess",
-    ]
+        [
+            "--insecure",
+            "--superlink",
+            superlink,
+            "--port",
+            str(port),
+            "--node-config",
+            node_config_arg(node_config),
+            "--isolation",
+            "process" if warm else "subprocess",
+        ],
+    )
 
 
 def _env() -> dict[str, str]:
@@ -268,7 +280,9 @@ def run_supernode(
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll otherwise
     limits = apply_limits(memory_mb, cpus)  # before any child starts: they inherit it
     watch_parent()
-    child = subprocess.Popen(supernode_command(superlink, port, node_config, warm), env=_env())
+    config = dict(node_config)
+    timing = str(config.pop("protocol-timing", "flower"))  # for the agent, not for Flower
+    child = subprocess.Popen(supernode_command(superlink, port, config, warm, timing), env=_env())
     if not warm:
         _forward_signals(child)
         return child.wait()
@@ -278,7 +292,11 @@ def run_supernode(
     # Warm up while the SuperNode connects: the ClientApp's imports happen once, here.
     threading.Thread(target=_prewarm, args=(ready_file, limits), daemon=True).start()
 
-    executor = WarmExecutor(f"127.0.0.1:{port}")
+    from nodes.fl.timing import CLIENTAPP, executor_poll_s, install
+
+    if timing == "fast":  # the ClientApp's object pulls run here (nodes/fl/timing.py)
+        install(CLIENTAPP)
+    executor = WarmExecutor(f"127.0.0.1:{port}", executor_poll_s(timing))
     _forward_signals(child, executor.stop)
 
     def watch() -> None:

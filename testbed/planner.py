@@ -19,9 +19,11 @@ class PlannedNode:
     profile: DeviceProfile
     partition_id: int | None
     uplink: LinkSpec
+    protocol_timing: str = "flower"  # workload.fl.protocol_timing (nodes/fl/timing.py)
 
     def node_config(self, num_partitions: int) -> dict[str, object]:
-        """Flower node config of a client node (its identity)."""
+        """Flower node config of a client node (its identity), plus the protocol timing
+        its node agent starts Flower with (the agent takes that key out again)."""
         return {
             "partition-id": self.partition_id,
             "num-partitions": num_partitions,
@@ -29,6 +31,7 @@ class PlannedNode:
             "tier": self.tier,
             "profile": self.profile_name,
             "speed-factor": self.profile.cpu_speed_factor,
+            "protocol-timing": self.protocol_timing,
         }
 
 
@@ -64,6 +67,7 @@ def make_plan(exp: Experiment, seed: int | None = None) -> Plan:
     elif exp.fleet is not None:
         server_tier = next((n.tier for n in exp.fleet.nodes if n.fl_role == "server"), "cloud")
     pid = 0
+    timing = exp.workload.fl.protocol_timing if exp.workload.fl else "flower"
     for spec in exp.fleet.nodes if exp.fleet else []:
         prof = exp.profile_of(spec)
         pname = spec.profile if isinstance(spec.profile, str) else f"{spec.id}-inline"
@@ -72,7 +76,14 @@ def make_plan(exp: Experiment, seed: int | None = None) -> Plan:
             link = exp.links.for_node(name, spec, server_tier)
             nodes.append(
                 PlannedNode(
-                    name, spec.tier, role, pname, prof, pid if role == "client" else None, link
+                    name,
+                    spec.tier,
+                    role,
+                    pname,
+                    prof,
+                    pid if role == "client" else None,
+                    link,
+                    timing,
                 )
             )
             pid += role == "client"

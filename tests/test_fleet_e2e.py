@@ -20,9 +20,12 @@ from testbed.store import RunStore
 from tests.conftest import processes_under
 
 ACC_GAIN = 0.3  # named tolerance: global accuracy after 3 rounds beats round 0 by this much
+PROTOCOL_SLACK_S = 1.0  # issue 15: a fast-mode round <= its slowest client's compute + 1 s
 
 
-def fleet_yaml(clients: int = 3, rounds: int = 3, extra: str = "") -> str:
+def fleet_yaml(clients: int = 3, rounds: int = 3, extra: str = "", timing: str = "fast") -> str:
+    """A cloud SuperLink and ``clients`` edge SuperNodes; ``fast`` protocol timing unless
+    a test measures Flower's own polling (none here does)."""
     return f"""\
 name: e2e
 seed: 7
@@ -34,6 +37,7 @@ workload:
   fl:
     rounds: {rounds}
     local_epochs: 2
+    protocol_timing: {timing}
 {extra}"""
 
 
@@ -59,6 +63,34 @@ def test_superlink_three_supernodes_three_rounds(tmp_path: Path) -> None:
     assert (res.artifact_dir / "final_model.pt").stat().st_size > 1000
     assert {n for _r, n, *_ in store.metrics(res.run_id, "peak_rss_mb")} >= nodes
     assert processes_under(tmp_path) == []
+    [event] = [e for e in store.events(res.run_id) if e.kind == "protocol_timing"]
+    assert event.data_dict["mode"] == "fast"  # the mode is recorded with the run
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 15 goal 2 not met yet: fast-mode rounds measured ~5-6 s for ~0.1-0.4 s "
+    "of compute (docs/benchmarks.md); strict: this fails once rounds are fast enough",
+)
+def test_fast_round_within_compute_plus_one_second(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    res = run_experiment(parse_spec(fleet_yaml()), store, spec_path="inline")
+    assert res.status == "completed", res.summary
+    assert_fast_rounds(store, res.run_id)
+
+
+def assert_fast_rounds(store: RunStore, run_id: str) -> None:
+    """Each round took at most its slowest client's compute (``device_time_s``: training
+    plus the profile's emulated slowdown; equal to ``train_duration_s`` on a host-speed
+    profile) + PROTOCOL_SLACK_S."""
+    compute: dict[int, float] = {}
+    for r, _n, _k, v, _t in store.metrics(run_id, "device_time_s"):
+        compute[r] = max(compute.get(r, 0.0), v)
+    rounds = {r: v for r, _n, _k, v, _t in store.metrics(run_id, "round_duration_s")}
+    assert sorted(rounds) == sorted(compute) and rounds
+    for r, took in rounds.items():
+        assert took <= compute[r] + PROTOCOL_SLACK_S, (r, took, compute[r])
 
 
 @pytest.mark.slow

@@ -173,3 +173,10 @@ class FLSpec(Frozen):
     max_staleness: int = Field(3, ge=1, description="rounds a late reply is waited for")
     round_timeout_s: float = Field(600.0, gt=0)
     min_participants: int = Field(1, ge=1)
+    protocol_timing: Literal["flower", "fast"] = Field(
+        "flower",
+        description="flower: Flower's own hard-coded polling waits (3 s between a "
+        "SuperNode's empty pulls and between the ServerApp's reply polls), the reference "
+        "for comparisons with real deployments; fast: those waits shortened to 0.02-0.1 s "
+        "by a shim (nodes/fl/timing.py), for quick experiments and tests",
+    )

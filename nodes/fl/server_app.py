@@ -86,6 +86,11 @@ def main(grid: Grid, context: Context) -> None:
     seed = int(str(rc["seed"]))
     names: list[str] = json.loads(str(rc["node-names"]))
     tel = Telemetry(str(rc.get("telemetry-path", "")) or None)
+    if spec.protocol_timing == "fast":  # the grid's 3 s reply polls (nodes/fl/timing.py)
+        from nodes.fl.timing import SERVERAPP, install
+
+        install(SERVERAPP)
+    tel.event("protocol_timing", mode=spec.protocol_timing)
     tolerate_superlink_restarts(grid, tel)
     splits = task.get_splits(spec, seed, len(names))
     torch.manual_seed(seed)

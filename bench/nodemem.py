@@ -1,0 +1,97 @@
+"""Peak memory of client nodes (whole process trees): RSS and PSS, sampled while running.
+
+PSS (proportional set size) counts a page shared by k processes as 1/k to each, so the
+sum over all processes is the memory really used; RSS counts it fully in each. Both
+come from ``/proc/<pid>/smaps_rollup`` (``Rss:``, ``Pss:``) and are summed over a
+node's processes (node agent, SuperNode, its executors / ClientApps).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+READY = re.compile(r"/nodes/([^/]+)/ready$")
+
+
+def rollup_mb(pid: int) -> tuple[float, float]:
+    """``(rss_mb, pss_mb)`` of one process from ``smaps_rollup``; zeros if it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return 0.0, 0.0
+    kb = {k: 0 for k in ("Rss", "Pss")}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key in kb:
+            kb[key] = int(rest.split()[0])
+    return kb["Rss"] / 1024, kb["Pss"] / 1024
+
+
+def tree_mb(root: int) -> tuple[float, float]:
+    """``(rss_mb, pss_mb)`` summed over ``root`` and its descendants."""
+    try:
+        pids = [root, *(c.pid for c in psutil.Process(root).children(recursive=True))]
+    except psutil.NoSuchProcess:
+        return 0.0, 0.0
+    rss = pss = 0.0
+    for pid in pids:
+        r, p = rollup_mb(pid)
+        rss, pss = rss + r, pss + p
+    return rss, pss
+
+
+def testbed_nodes(under: Path) -> dict[str, int]:
+    """Node name -> agent pid of warm client nodes whose ready file is ``under`` a dir."""
+    out: dict[str, int] = {}
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if "supernode" not in cmd or "--ready-file" not in cmd:
+            continue
+        ready = cmd[cmd.index("--ready-file") + 1]
+        m = READY.search(ready)
+        if m and ready.startswith(str(under)):
+            out[m.group(1)] = p.info["pid"]
+    return out
+
+
+class PeakSampler:
+    """Sample every node's tree every ``period_s`` in a thread; keep the peaks.
+
+    Parameters
+    ----------
+    roots : callable
+        Returns node name -> root pid (called at every sample: nodes may restart).
+    period_s : float
+        Seconds between samples.
+    """
+
+    def __init__(self, roots: Callable[[], dict[str, int]], period_s: float = 0.5) -> None:
+        self.roots, self.period_s = roots, period_s
+        self.rss: dict[str, float] = {}
+        self.pss: dict[str, float] = {}
+        self.total_pss = 0.0  # peak of the sum over nodes, MB
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period_s):
+            total = 0.0
+            for name, pid in self.roots().items():
+                rss, pss = tree_mb(pid)
+                self.rss[name] = max(self.rss.get(name, 0.0), rss)
+                self.pss[name] = max(self.pss.get(name, 0.0), pss)
+                total += pss
+            self.total_pss = max(self.total_pss, total)
+
+    def __enter__(self) -> PeakSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -1,0 +1,156 @@
+"""How many real SuperNodes fit on this machine: fleet start, round time, memory per node.
+
+For each N (default 10, 30, 60): a cloud SuperLink and N client nodes (host profile,
+digits, ``--rounds`` rounds of FedAvg, 1 local epoch) run with ``run_experiment`` on the
+local backend. Printed per N: fleet start time (``fleet_starting`` -> ``fleet_ready``),
+median round time, peak RSS and PSS per node (whole process tree, median over nodes),
+the peak of the nodes' summed PSS, the machine's memory in use (drop of MemAvailable),
+and whether all rounds completed. Before each N the expected memory (N x the PSS per
+node measured so far, or 750 MB before any measurement) is compared with MemAvailable;
+an N that cannot fit is skipped (reported, not started), so the machine is never driven
+out of memory. The largest N that completed every round is printed at the end.
+
+    python bench/scale.py [--nodes 10 30 60] [--rounds 3] [--timing flower|fast]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.nodemem import PeakSampler, testbed_nodes  # noqa: E402
+from testbed.runner import run_experiment  # noqa: E402
+from testbed.spec.loader import parse_spec  # noqa: E402
+from testbed.store import RunStore  # noqa: E402
+
+FIRST_GUESS_MB = 750.0  # per node before anything was measured (issue 15: ~705 MB RSS)
+HEADROOM_MB = 2048.0  # left to the system and the SuperLink
+
+
+def mem_available_mb() -> float:
+    """``MemAvailable`` from ``/proc/meminfo``, MB."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no MemAvailable in /proc/meminfo")
+
+
+def spec_text(n: int, rounds: int, timing: str) -> str:
+    """A cloud SuperLink and ``n`` client nodes at host speed, no link shaping."""
+    return f"""\
+name: scale-{n}
+seed: 5
+fleet:
+  nodes:
+    - {{id: cloud, tier: cloud}}
+    - {{id: edge, tier: edge, count: {n}}}
+links: {{mode: none}}
+workload:
+  fl:
+    rounds: {rounds}
+    local_epochs: 1
+    round_timeout_s: 240
+    protocol_timing: {timing}
+"""
+
+
+class MinAvailable:
+    """Lowest MemAvailable seen while running, MB (sampled every second)."""
+
+    def __init__(self) -> None:
+        self.low = mem_available_mb()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(1.0):
+            self.low = min(self.low, mem_available_mb())
+
+    def __enter__(self) -> MinAvailable:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def one(n: int, rounds: int, timing: str, work: Path) -> dict[str, Any]:
+    """Run ``n`` nodes; return the measurements."""
+    store = RunStore(work / "runs")
+    before = mem_available_mb()
+    t0 = time.time()
+    with MinAvailable() as low, PeakSampler(lambda: testbed_nodes(work), 2.0) as mem:
+        res = run_experiment(parse_spec(spec_text(n, rounds, timing)), store, spec_path="bench")
+    ev = {e.kind: e.ts for e in store.events(res.run_id)}
+    rounds_s = [v for _r, _n, _k, v, _t in store.metrics(res.run_id, "round_duration_s")]
+    return {
+        "n": n,
+        "status": res.status,
+        "wall_s": time.time() - t0,
+        "start_s": ev.get("fleet_ready", float("nan")) - ev.get("fleet_starting", float("nan")),
+        "round_s": statistics.median(rounds_s) if rounds_s else float("nan"),
+        "rounds_done": len(rounds_s),
+        "rss_mb": statistics.median(mem.rss.values()) if mem.rss else float("nan"),
+        "pss_mb": statistics.median(mem.pss.values()) if mem.pss else float("nan"),
+        "sum_pss_mb": mem.total_pss,
+        "used_mb": before - low.low,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, nargs="+", default=[10, 30, 60])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--timing", choices=("flower", "fast"), default="flower")
+    args = ap.parse_args()
+    per_node, rows, best = FIRST_GUESS_MB, [], 0
+    for n in args.nodes:
+        need, have = n * per_node, mem_available_mb() - HEADROOM_MB
+        if need > have:
+            print(
+                f"N={n}: skipped, needs ~{need:.0f} MB ({per_node:.0f} MB x {n}), "
+                f"{have:.0f} MB available",
+                flush=True,
+            )
+            continue
+        print(f"N={n}: starting ({args.timing} timing) ...", flush=True)
+        with tempfile.TemporaryDirectory() as d:
+            row = one(n, args.rounds, args.timing, Path(d))
+        rows.append(row)
+        per_node = max(row["pss_mb"], 1.0)
+        if row["status"] == "completed" and row["rounds_done"] >= args.rounds:
+            best = n
+    cols = (
+        "n",
+        "status",
+        "start_s",
+        "round_s",
+        "rss_mb",
+        "pss_mb",
+        "sum_pss_mb",
+        "used_mb",
+        "wall_s",
+    )
+    print("\n" + "".join(f"{c:>12s}" for c in cols))
+    for row in rows:
+        print(
+            "".join(
+                f"{row[c]:>12.1f}" if isinstance(row[c], float) else f"{row[c]!s:>12s}"
+                for c in cols
+            )
+        )
+    print(f"\nlargest N that completed {args.rounds} rounds: {best}")
+
+
+if __name__ == "__main__":
+    main()

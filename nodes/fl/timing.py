@@ -1,0 +1,269 @@
+"""Protocol timing: Flower's own polling waits (``flower``) or short ones (``fast``).
+
+Flower 1.41 waits a hard-coded time whenever one side of the protocol polls and finds
+nothing:
+
+* a SuperNode whose pull finds no message sleeps 3 s before pulling again
+  (``flwr.supernode.start_client_internal.start_client_internal``);
+* a SuperNode waiting for its ClientApp's reply checks every 0.5 s
+  (``flwr.supernode.start_client_internal._push_messages``);
+* the ServerApp's grid polls the SuperLink for replies every 3 s
+  (``flwr.superlink.grid.http_grid.HttpGrid.send_and_receive``);
+* whoever pulls a message's objects (SuperNode from the SuperLink, ClientApp from the
+  SuperNode, ServerApp from the SuperLink) and finds one not stored yet backs off
+  1 s, 2 s, 4 s ... up to 10 s (``flwr.supercore.inflatable.inflatable_utils``:
+  ``pull_objects`` and ``pull_and_inflate_object_from_tree``, keyword defaults
+  ``initial_backoff=1``, ``backoff_cap=10``, ``max_tries_per_object=500``). A
+  SuperNode announces a task before it has pulled the message's objects, so a warm
+  executor's first pull nearly always meets this (1 + 2 s).
+
+With 0.1-0.4 s of training per client, these waits make most of a round. ``flower``
+mode (``workload.fl.protocol_timing: flower``) runs Flower untouched: the reference for
+comparisons with real deployments. ``fast`` mode shortens exactly these waits, and
+nothing else: it replaces the ``time`` name in the two Flower modules with a
+:class:`TimeShim` whose ``sleep`` changes a call only when it comes from one of the
+functions above with Flower's hard-coded value (every other sleep -- retries,
+heartbeats, other waits in the same modules -- is passed on unchanged), and it sets the
+two pull functions' keyword defaults to :data:`FAST_BACKOFF` (0.02 s doubling up to
+0.2 s; no per-object try limit, so Flower's 7200 s ``max_time`` still bounds a pull, as
+Flower's own 500 tries x 10 s do). The message protocol, its contents and every other
+setting stay Flower's; no Flower code is copied.
+
+Where it applies: the node agent starts a fast SuperNode as
+``python -m nodes.fl.timing fast flower-supernode ARGS`` (:func:`main`: install the
+shim, then run Flower's own console entry point with ``ARGS``) and installs the
+``clientapp`` part in its own process, where the warm executor runs ClientApp tasks;
+the testbed's ServerApp calls :func:`install` itself before its first round (the
+ServerApp runs inside Flower's ``flwr-serverapp`` process, started by Flower's
+SuperExec, so that is the first code of the testbed there). If a Flower release no
+longer has a patched wait (function gone, or its hard-coded value changed),
+:func:`install` raises instead of silently doing nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from types import CodeType, ModuleType
+from typing import Any, Literal
+
+ProtocolTiming = Literal["flower", "fast"]
+PROTOCOL_TIMINGS: tuple[str, ...] = ("flower", "fast")
+SUPERNODE = "supernode"
+SERVERAPP = "serverapp"
+CLIENTAPP = "clientapp"
+BACKOFF_MODULE = "flwr.supercore.inflatable.inflatable_utils"
+BACKOFF_FUNCTIONS = ("pull_objects", "pull_and_inflate_object_from_tree")
+#: keyword default -> (Flower's value, the value in ``fast`` mode)
+FAST_BACKOFF: dict[str, tuple[float | None, float | None]] = {
+    "initial_backoff": (1, 0.02),
+    "backoff_cap": (10, 0.2),
+    "max_tries_per_object": (500, None),
+}
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One hard-coded Flower wait and its length in ``fast`` mode.
+
+    Attributes
+    ----------
+    module : str
+        Dotted name of the Flower module whose ``time`` is shimmed.
+    function : str
+        Qualified name of the function (in ``module``) that sleeps.
+    flower_s : float
+        Flower's hard-coded wait, s (only calls with exactly this value change).
+    fast_s : float
+        The wait in ``fast`` mode, s.
+    """
+
+    module: str
+    function: str
+    flower_s: float
+    fast_s: float
+
+
+#: Waits shortened in ``fast`` mode, per Flower component.
+WAITS: dict[str, tuple[Wait, ...]] = {
+    SUPERNODE: (
+        Wait("flwr.supernode.start_client_internal", "start_client_internal", 3.0, 0.1),
+        Wait("flwr.supernode.start_client_internal", "_push_messages", 0.5, 0.02),
+    ),
+    SERVERAPP: (Wait("flwr.superlink.grid.http_grid", "HttpGrid.send_and_receive", 3.0, 0.1),),
+    CLIENTAPP: (),  # the object-pull back-off only
+}
+
+
+class TimeShim:
+    """Stands in for the ``time`` module inside one Flower module.
+
+    Every attribute is the real ``time`` module's except :meth:`sleep`, which replaces
+    a wait of exactly ``flower_s`` coming from one of the listed functions by its
+    ``fast_s``.
+
+    Parameters
+    ----------
+    waits : dict
+        Code object of the calling function -> ``(flower_s, fast_s)``, seconds.
+    """
+
+    def __init__(self, waits: dict[CodeType, tuple[float, float]]) -> None:
+        self.waits = waits
+        self.changed = 0  # waits shortened so far (for tests and logs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    def sleep(self, secs: float) -> None:
+        """``time.sleep``, shortened for the listed waits; ``secs`` in seconds."""
+        rule = self.waits.get(sys._getframe(1).f_code)
+        if rule is not None and secs == rule[0]:
+            self.changed += 1
+            secs = rule[1]
+        time.sleep(secs)
+
+
+def _code(module: ModuleType, qualname: str) -> CodeType:
+    """Code object of ``qualname`` in ``module`` (RuntimeError if Flower lacks it)."""
+    obj: Any = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    code = getattr(obj, "__code__", None)
+    if not isinstance(code, CodeType):
+        raise RuntimeError(f"protocol_timing fast: {module.__name__}.{qualname} not found")
+    return code
+
+
+def _check_hard_coded(wait: Wait, code: CodeType) -> None:
+    """RuntimeError unless ``code`` still holds Flower's hard-coded wait."""
+    consts = [c for c in code.co_consts if isinstance(c, int | float)]
+    if wait.flower_s not in consts:
+        raise RuntimeError(
+            f"protocol_timing fast: {wait.module}.{wait.function} no longer waits "
+            f"{wait.flower_s} s (this Flower release changed it; update nodes/fl/timing.py)"
+        )
+
+
+def _set_backoff(fast: bool) -> None:
+    """Give the object-pull functions the ``fast`` (or Flower's) back-off defaults."""
+    module = importlib.import_module(BACKOFF_MODULE)
+    for name in BACKOFF_FUNCTIONS:
+        fn = getattr(module, name, None)
+        defaults = dict(getattr(fn, "__kwdefaults__", None) or {})
+        want = {k: v[0] for k, v in FAST_BACKOFF.items()}
+        now = {k: defaults.get(k, "absent") for k in FAST_BACKOFF}
+        if fast and now != want and now != {k: v[1] for k, v in FAST_BACKOFF.items()}:
+            raise RuntimeError(
+                f"protocol_timing fast: {BACKOFF_MODULE}.{name} back-off defaults are "
+                f"{now}, not Flower 1.41's {want} (update nodes/fl/timing.py)"
+            )
+        defaults.update({k: v[1 if fast else 0] for k, v in FAST_BACKOFF.items()})
+        fn.__kwdefaults__ = defaults  # type: ignore[union-attr]
+
+
+def install(component: str) -> dict[str, TimeShim]:
+    """Shorten ``component``'s waits in this process (``supernode``, ``serverapp``, or
+    ``clientapp``: the warm executor's process) and the object-pull back-off.
+
+    Returns
+    -------
+    dict
+        Module name -> its installed :class:`TimeShim`. Installing twice is a no-op.
+    """
+    if component not in WAITS:
+        raise ValueError(f"component must be one of {sorted(WAITS)}, got {component!r}")
+    rules: dict[str, dict[CodeType, tuple[float, float]]] = {}
+    for wait in WAITS[component]:  # every check first: a failed install changes nothing
+        module = importlib.import_module(wait.module)
+        code = _code(module, wait.function)
+        _check_hard_coded(wait, code)
+        rules.setdefault(wait.module, {})[code] = (wait.flower_s, wait.fast_s)
+    _set_backoff(True)
+    shims: dict[str, TimeShim] = {}
+    for name, waits in rules.items():
+        module = importlib.import_module(name)
+        current = getattr(module, "time", None)
+        if isinstance(current, TimeShim):
+            current.waits.update(waits)
+            shims[name] = current
+        elif current is time:
+            shims[name] = module.time = TimeShim(waits)  # type: ignore[attr-defined]
+        else:
+            raise RuntimeError(f"protocol_timing fast: {name}.time is not the time module")
+    listed = ", ".join(f"{w.function} {w.flower_s:g}->{w.fast_s:g} s" for w in WAITS[component])
+    print(
+        f"protocol_timing fast ({component}): {listed or 'no polling wait'}; object-pull "
+        f"back-off {FAST_BACKOFF['initial_backoff'][1]}-{FAST_BACKOFF['backoff_cap'][1]} s",
+        file=sys.stderr,
+        flush=True,
+    )
+    return shims
+
+
+def uninstall(component: str) -> None:
+    """Give ``component``'s Flower modules their ``time`` module and back-off back."""
+    _set_backoff(False)
+    for wait in WAITS[component]:
+        module = importlib.import_module(wait.module)
+        if isinstance(getattr(module, "time", None), TimeShim):
+            module.time = time  # type: ignore[attr-defined]
+
+
+def shim_command(python: str, timing: str, script: str, args: Sequence[str]) -> list[str]:
+    """Command line that runs Flower's console ``script`` with ``args`` in ``timing``.
+
+    ``flower`` is the plain script (Flower untouched); ``fast`` runs it through
+    :func:`main` with this module's shim installed.
+    """
+    if timing not in PROTOCOL_TIMINGS:
+        raise ValueError(f"protocol_timing must be one of {PROTOCOL_TIMINGS}, got {timing!r}")
+    if timing == "flower":
+        return [script, *args]
+    return [python, "-m", "nodes.fl.timing", timing, script.rsplit("/", 1)[-1], *args]
+
+
+def executor_poll_s(protocol_timing: str) -> float:
+    """The warm executor's wait between empty task polls, s.
+
+    ``flower``: 0.2 s, as before this setting existed (Flower's own SuperExec waits
+    1 s, but the warm executor replaces it, and its per-message process start, anyway);
+    ``fast``: 0.05 s.
+    """
+    return 0.05 if protocol_timing == "fast" else 0.2
+
+
+#: Flower console scripts the shim can start -> the component whose waits change.
+SCRIPTS = {"flower-supernode": SUPERNODE}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m nodes.fl.timing MODE SCRIPT ARGS...``: run a Flower console script.
+
+    ``MODE`` is ``flower`` or ``fast``; ``SCRIPT`` one of :data:`SCRIPTS`. The script's
+    own entry point (from Flower's package metadata) runs with ``sys.argv`` set as if
+    it had been started directly.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) < 2 or args[0] not in PROTOCOL_TIMINGS or args[1] not in SCRIPTS:
+        print(
+            f"usage: python -m nodes.fl.timing {{{'|'.join(PROTOCOL_TIMINGS)}}} "
+            f"{{{'|'.join(SCRIPTS)}}} ARGS...",
+            file=sys.stderr,
+        )
+        return 2
+    mode, script, rest = args[0], args[1], args[2:]
+    if mode == "fast":
+        install(SCRIPTS[script])
+    (entry,) = entry_points(group="console_scripts", name=script)
+    sys.argv = [script, *rest]
+    result = entry.load()()
+    return int(result) if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""The protocol-timing shim changes exactly Flower's hard-coded polling waits (issue 15).
+
+``fast`` mode must shorten the SuperNode's 3 s empty-pull wait, its 0.5 s wait for a
+ClientApp reply, the ServerApp grid's 3 s reply poll and the object-pull back-off, and
+nothing else; ``flower`` mode must leave Flower's modules as they are. Flower's own
+functions run here where that can be done without a fleet (``_push_messages``,
+``HttpGrid.send_and_receive``, ``pull_objects``), with ``time.sleep`` recorded instead
+of slept.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import flwr.supercore.inflatable.inflatable_utils as inflatable
+import flwr.superlink.grid.http_grid as http_grid
+import flwr.supernode.start_client_internal as sci
+import pytest
+from flwr.supercore.inflatable.inflatable_utils import ObjectUnavailableError
+
+from nodes.agent import supernode_command
+from nodes.fl import timing
+from nodes.fl.timing import (
+    CLIENTAPP,
+    SERVERAPP,
+    SUPERNODE,
+    WAITS,
+    TimeShim,
+    install,
+    main,
+    uninstall,
+)
+
+FLOWER_BACKOFF = {"initial_backoff": 1, "backoff_cap": 10, "max_tries_per_object": 500}
+
+
+class Stop(Exception):
+    """Ends a Flower loop under test."""
+
+
+@pytest.fixture
+def slept(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
+    """Every ``time.sleep`` duration (s) requested while a test runs; none is slept."""
+    calls: list[float] = []
+    monkeypatch.setattr(time, "sleep", calls.append)
+    yield calls
+    for component in WAITS:
+        uninstall(component)
+
+
+def _push_messages_wait(slept: list[float]) -> list[float]:
+    """Run Flower's ``_push_messages`` until its first reply check after one wait."""
+    answers = iter([[]])  # first check: no reply yet -> Flower waits
+
+    def get_messages_legacy(is_reply: bool) -> list[object]:
+        for a in answers:
+            return a
+        raise Stop
+
+    state = SimpleNamespace(get_messages_legacy=get_messages_legacy)
+    with pytest.raises(Stop):
+        sci._push_messages(state, None, None, None)  # type: ignore[arg-type]
+    return slept
+
+
+def _grid_wait(slept: list[float]) -> list[float]:
+    """Run Flower's ``HttpGrid.send_and_receive``: one empty poll, then the reply."""
+    polls = iter([[], [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id="m1"))]])
+    grid = SimpleNamespace(
+        push_messages=lambda messages: ["m1"], pull_messages=lambda ids: next(polls)
+    )
+    replies = http_grid.HttpGrid.send_and_receive(grid, [], timeout=60.0)  # type: ignore[arg-type]
+    assert len(list(replies)) == 1
+    return slept
+
+
+def test_flower_mode_runs_flower_untouched(slept: list[float]) -> None:
+    assert sci.time is time and http_grid.time is time
+    assert _push_messages_wait(slept) == [0.5]
+    assert _grid_wait([]) == [] and slept == [0.5, 3]
+    cmd = supernode_command("127.0.0.1:1", 2, {"partition-id": 0})
+    assert cmd[0].endswith("flower-supernode") and "nodes.fl.timing" not in cmd
+
+
+def test_fast_mode_shortens_the_supernode_waits(slept: list[float]) -> None:
+    shims = install(SUPERNODE)
+    assert set(shims) == {"flwr.supernode.start_client_internal"}
+    shim = shims["flwr.supernode.start_client_internal"]
+    assert sci.time is shim and http_grid.time is time  # only the SuperNode's module
+    # exactly the two functions' waits are listed: the empty pull and the reply wait
+    assert shim.waits == {
+        sci.start_client_internal.__code__: (3.0, 0.1),
+        sci._push_messages.__code__: (0.5, 0.02),
+    }
+    assert _push_messages_wait(slept) == [0.02] and shim.changed == 1
+
+
+def test_fast_mode_shortens_the_grid_reply_poll(slept: list[float]) -> None:
+    install(SERVERAPP)
+    assert isinstance(http_grid.time, TimeShim) and sci.time is time
+    assert _grid_wait(slept) == [0.1]
+    assert http_grid.time.time() == pytest.approx(time.time(), abs=1.0)  # rest is time's
+
+
+def test_other_waits_and_values_pass_through(slept: list[float]) -> None:
+    shim = install(SUPERNODE)["flwr.supernode.start_client_internal"]
+
+    def elsewhere() -> None:  # same module's time, another function: unchanged
+        sci.time.sleep(3)
+
+    elsewhere()
+    shim.sleep(3)  # called from this test, not from Flower's function: unchanged
+    assert slept == [3, 3] and shim.changed == 0
+    rule = shim.waits.pop(sci._push_messages.__code__)
+    shim.waits[elsewhere.__code__] = rule  # the rule matches its value only
+    sci.time.sleep(0.5)
+    elsewhere()
+    assert slept == [3, 3, 0.5, 3]
+
+
+def test_install_is_idempotent_and_uninstall_restores(slept: list[float]) -> None:
+    first = install(SUPERNODE)
+    assert install(SUPERNODE) == first
+    uninstall(SUPERNODE)
+    assert sci.time is time
+
+
+def test_a_changed_flower_release_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    wait = timing.Wait("flwr.supernode.start_client_internal", "_push_messages", 7.0, 0.1)
+    monkeypatch.setitem(WAITS, "probe", (wait,))
+    with pytest.raises(RuntimeError, match="no longer waits 7.0 s"):
+        install("probe")
+    gone = timing.Wait("flwr.supernode.start_client_internal", "no_such_function", 3.0, 0.1)
+    monkeypatch.setitem(WAITS, "probe", (gone,))
+    with pytest.raises(RuntimeError, match="no_such_function not found"):
+        install("probe")
+    with pytest.raises(ValueError, match="component must be one of"):
+        install("superlink")
+    assert sci.time is time and inflatable.pull_objects.__kwdefaults__["backoff_cap"] == 10
+
+
+def test_shim_command_and_entry_point() -> None:
+    cmd = supernode_command("127.0.0.1:1", 2, {"partition-id": 0}, protocol_timing="fast")
+    assert cmd[:4] == [sys.executable, "-m", "nodes.fl.timing", "fast"]
+    assert cmd[4] == "flower-supernode" and cmd[5:7] == ["--insecure", "--superlink"]
+    with pytest.raises(ValueError, match="protocol_timing must be one of"):
+        timing.shim_command(sys.executable, "slow", "flower-supernode", [])
+    assert main(["fast", "flwr"]) == 2  # only the scripts it knows
+    # the shim starts Flower's own console entry point with the arguments given
+    out = subprocess.run(
+        [sys.executable, "-m", "nodes.fl.timing", "fast", "flower-supernode", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and "--superlink" in out.stdout
+
+
+def _pull_twice_unavailable() -> float:
+    """Seconds Flower's ``pull_objects`` takes for an object unavailable twice."""
+    answers = iter([ObjectUnavailableError("o"), ObjectUnavailableError("o"), b"x"])
+
+    def pull(object_id: str) -> bytes:
+        a = next(answers)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    t0 = time.perf_counter()
+    assert inflatable.pull_objects(["o"], pull) == {"o": b"x"}
+    return time.perf_counter() - t0
+
+
+def test_object_pull_backoff_flower_and_fast() -> None:
+    for fn in (inflatable.pull_objects, inflatable.pull_and_inflate_object_from_tree):
+        assert {k: fn.__kwdefaults__[k] for k in FLOWER_BACKOFF} == FLOWER_BACKOFF
+    try:
+        install(CLIENTAPP)
+        for fn in (inflatable.pull_objects, inflatable.pull_and_inflate_object_from_tree):
+            assert fn.__kwdefaults__["initial_backoff"] == 0.02
+            assert fn.__kwdefaults__["backoff_cap"] == 0.2
+            assert fn.__kwdefaults__["max_tries_per_object"] is None
+            assert fn.__kwdefaults__["max_time"] == 7200  # still bounded as in Flower
+        assert sci.time is time and http_grid.time is time  # no polling wait touched
+        assert _pull_twice_unavailable() < 0.3  # Flower: 1 s + 2 s (+-20 %)
+    finally:
+        uninstall(CLIENTAPP)
+    fn = inflatable.pull_objects
+    assert {k: fn.__kwdefaults__[k] for k in FLOWER_BACKOFF} == FLOWER_BACKOFF

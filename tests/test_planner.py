@@ -48,6 +48,7 @@ def test_replicas_roles_partition_ids_and_profiles() -> None:
         "tier": "edge",
         "profile": "rpi5",
         "speed-factor": CATALOG["rpi5"].cpu_speed_factor,
+        "protocol-timing": "flower",  # (the node agent takes it out before Flower)
     }
 
 

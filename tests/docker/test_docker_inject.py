@@ -20,7 +20,7 @@ from testbed.backends.docker import NODE_LABEL, RUN_LABEL
 from testbed.controller.app import create_app
 from testbed.rows import RunRow
 from testbed.store import RunStore
-from tests.docker.conftest import labelled_containers
+from tests.docker.conftest import docker_run, labelled_containers
 
 ROUNDS = 6
 SLOWDOWN = 3.0
@@ -72,22 +72,7 @@ def test_inject_and_the_chaos_api_act_on_containers(
 ) -> None:
     spec, out = tmp_path / "inject.yaml", tmp_path / "runs"
     spec.write_text(SPEC)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "testbed",
-            "run",
-            str(spec),
-            "--backend",
-            "docker",
-            "--out",
-            str(out),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = docker_run(spec, out)
     try:
         store = RunStore(out)
         run = _running(store, proc, 240)

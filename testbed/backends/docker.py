@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from requests import RequestException
 
 from nodes.agent import FLOWER_ENV
 from testbed.backends import register_backend
@@ -343,6 +344,8 @@ class DockerBackend(LocalBackend):
             signal.signal(signal.SIGTERM, self._sigterm)
             self._sigterm = None
         self._stop_watch.set()
+        if self._watcher.is_alive():  # (not sampling containers while they go)
+            self._watcher.join(timeout=10)
         try:
             super().stop()
         finally:
@@ -419,13 +422,15 @@ class DockerBackend(LocalBackend):
                 out: dict[str, NodeResources] = {}
                 exits: dict[str, str] = {}
                 for name, cid in ids.items():
+                    if self._stop_watch.is_set():
+                        return
                     try:
                         sample = self._sample(
                             name, api.stats(cid, stream=False, one_shot=True), now
                         )
                         why = _ended(api.inspect_container(cid)["State"])
-                    except (NotFound, APIError):
-                        continue
+                    except (NotFound, APIError, RequestException, ValueError):
+                        continue  # gone meanwhile (a stop or removal: an empty reply)
                     if sample is not None:
                         out[name] = sample
                     if (

@@ -11,8 +11,16 @@ Needs an engine at DOCKER_HOST holding the image (``make test-docker`` builds bo
   <= 1.10), and each client node's peak memory (local: process tree RSS; docker: the
   container's memory in ``docker stats``).
 
+- ``fleet N``: the largest-fleet probe: one FL round (warm executors, shaping proxies)
+  with N client containers; the round's status per node, wall time and memory per
+  container (``docker stats``).
+
     python bench/docker_fleet.py start 4 16 32
     python bench/docker_fleet.py rounds [--spec experiments/quickstart.yaml]
+    python bench/docker_fleet.py fleet 16 32
+
+Run it against the private engine of ``make test-docker`` with
+``bash docker/with-engine.sh python bench/docker_fleet.py ...`` (root).
 """
 
 from __future__ import annotations
@@ -118,6 +126,44 @@ def cmd_rounds(spec: Path) -> None:
         )
 
 
+ROUND = """\
+name: bench-docker-fleet
+seed: 1
+fleet:
+  nodes:
+    - {{id: cloud, tier: cloud}}
+    - {{id: edge, tier: edge, profile: {{cpu_cores: 1, memory_mb: 1024}}, count: {n}}}
+workload:
+  fl: {{rounds: 1, local_epochs: 1, round_timeout_s: {timeout}}}
+"""
+
+
+def cmd_fleet(sizes: list[int]) -> None:
+    """One round with each fleet size: how many nodes completed it, wall, memory."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in sizes:
+            print(f"[{load()}] one round with {n} node containers ...", flush=True)
+            store = RunStore(Path(tmp) / f"fleet-{n}")
+            t0 = time.monotonic()
+            try:
+                spec = parse_spec(ROUND.format(n=n, timeout=60 + 5 * n))
+                res = run_experiment(spec, store, backend="docker")
+            except (RuntimeError, OSError) as e:  # (TimeoutError is an OSError)
+                print(f"  {n} node containers: failed ({e})  [{load()}]", flush=True)
+                continue
+            wall = time.monotonic() - t0
+            st = [s for _r, _n, s, _w in store.round_status(res.run_id)]
+            peak = [v or 0 for _r, nd, _k, v, _t in store.metrics(res.run_id, "peak_rss_mb")
+                    if nd != "cloud"]  # fmt: skip
+            mem = f"{min(peak):.0f}-{max(peak):.0f} MB" if peak else "?"
+            print(
+                f"  {n} node containers: run {res.status}, round 1 completed by "
+                f"{st.count('completed')}/{n}, wall {wall:.1f} s, memory per node container "
+                f"{mem} (docker stats)  [{load()}]",
+                flush=True,
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -125,9 +171,13 @@ def main() -> None:
     st.add_argument("sizes", type=int, nargs="+")
     rd = sub.add_parser("rounds", help="round time and memory, docker vs local")
     rd.add_argument("--spec", type=Path, default=ROOT / "experiments" / "quickstart.yaml")
+    fl = sub.add_parser("fleet", help="one FL round with N node containers")
+    fl.add_argument("sizes", type=int, nargs="+")
     args = ap.parse_args()
     if args.cmd == "start":
         cmd_start(args.sizes)
+    elif args.cmd == "fleet":
+        cmd_fleet(args.sizes)
     else:
         cmd_rounds(args.spec)
 

@@ -18,7 +18,8 @@
 #  7. always tears down: compose down, dockerd stopped by its pidfile.
 #
 # Environment: DOCKER_DIR (default .docker), RUN_TIMEOUT_S (default 900),
-# SKIP_DOCKER_TESTS=1 to run only the compose part (step 6),
+# SKIP_DOCKER_TESTS=1 to run only the compose part (step 6), SKIP_COMPOSE=1 to skip it,
+# PYTEST_ARGS (default tests/docker) to run some of the tests of step 5,
 # KEEP_DOCKER_DATA=0 to delete the engine's data root (images) at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +45,8 @@ export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}   # this tree's code, whateve
 log() { printf '[e2e %s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 die() { log "FAIL: $*"; exit 1; }
 now() { date +%s.%N; }
+# shellcheck source=docker/engine.sh
+. "$ROOT/docker/engine.sh"   # start_dockerd, stop_dockerd
 timing() {  # timing NAME START: record the seconds since START
   local s; s=$(awk -v a="$2" -v b="$(now)" 'BEGIN{printf "%.1f", b-a}')
   printf '%-28s %8s s\n' "$1" "$s" | tee -a "$TIMINGS"
@@ -90,34 +93,6 @@ run_bg() {  # run_bg CMD...: run CMD in the background and wait, so INT/TERM act
   return "$rc"
 }
 COMPOSE_PROJECTS=()   # "tool|project|dir" entries to bring down
-stop_dockerd() {
-  local pid=""
-  [ -f "$PIDFILE" ] && pid=$(cat "$PIDFILE" 2>/dev/null || true)
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-    log "stopping dockerd (pid $pid)"
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    if kill -0 "$pid" 2>/dev/null; then
-      log "dockerd still running after 30 s: SIGKILL"; kill -KILL "$pid" 2>/dev/null || true
-      sleep 1
-    fi
-  fi
-  rm -f "$PIDFILE"
-  # its managed containerd normally exits with it; not if dockerd had to be killed
-  local cpid=""
-  [ -f "$DOCKER_DIR/exec/containerd/containerd.pid" ] \
-    && cpid=$(cat "$DOCKER_DIR/exec/containerd/containerd.pid" 2>/dev/null || true)
-  if [ -n "$cpid" ] && kill -0 "$cpid" 2>/dev/null \
-      && grep -q "$DOCKER_DIR/exec/containerd" "/proc/$cpid/cmdline" 2>/dev/null; then
-    log "stopping dockerd's containerd (pid $cpid)"; kill -TERM "$cpid" 2>/dev/null || true
-    for _ in $(seq 1 20); do kill -0 "$cpid" 2>/dev/null || break; sleep 0.5; done
-  fi
-  # dockerd leaves its network-namespace bind mount (exec-root/netns/default) behind
-  local m
-  for m in $(awk -v d="$DOCKER_DIR/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r); do
-    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || log "could not unmount $m"
-  done
-}
 teardown() {
   local rc=$?
   trap - EXIT INT TERM
@@ -150,16 +125,8 @@ trap teardown EXIT
 trap 'exit 130' INT TERM
 
 stop_dockerd   # a dockerd left by an interrupted earlier run of this script
-echo '{}' > "$DOCKER_DIR/daemon.json"   # not /etc/docker/daemon.json
-log "starting a private dockerd (socket $SOCK)"
 t=$(now)
-nice -n 10 dockerd --config-file "$DOCKER_DIR/daemon.json" \
-  --bridge=none --iptables=false --ip-masq=false --ip6tables=false \
-  --storage-driver=overlay2 \
-  --data-root "$DOCKER_DIR/data" --exec-root "$DOCKER_DIR/exec" \
-  --pidfile "$PIDFILE" -H "unix://$SOCK" > "$DOCKER_DIR/dockerd.log" 2>&1 &
-for _ in $(seq 1 100); do docker info >/dev/null 2>&1 && break; sleep 0.2; done
-docker info >/dev/null 2>&1 || { tail -20 "$DOCKER_DIR/dockerd.log"; die "dockerd did not start"; }
+start_dockerd
 timing "dockerd ready" "$t"
 
 # --- 3. base image (debootstrap; cached in the data root) -------------------------------
@@ -219,8 +186,9 @@ if [ "${SKIP_DOCKER_TESTS:-0}" = 1 ]; then
 else
 log "pytest tests/docker (TESTBED_DOCKER_TESTS=1)"
 t=$(now)
+# shellcheck disable=SC2086
 run_bg env TESTBED_DOCKER_TESTS=1 timeout "$RUN_TIMEOUT_S" "$PY" -m pytest -q -p no:cacheprovider \
-  tests/docker > "$DOCKER_DIR/pytest-docker.log" 2>&1 \
+  ${PYTEST_ARGS:-tests/docker} > "$DOCKER_DIR/pytest-docker.log" 2>&1 \
   || { tail -40 "$DOCKER_DIR/pytest-docker.log"; die "tests/docker failed (log: $DOCKER_DIR/pytest-docker.log)"; }
 tail -1 "$DOCKER_DIR/pytest-docker.log"
 timing "pytest tests/docker" "$t"
@@ -308,11 +276,15 @@ if "$VENV/bin/testbed" compose experiments/quickstart.yaml -o "$DOCKER_DIR/compo
   log "         (run \`make compose\`); testing the committed file:"
   diff docker-compose.yml "$DOCKER_DIR/compose.rendered.yml" | head -8 || true
 fi
+if [ "${SKIP_COMPOSE:-0}" = 1 ]; then
+  log "SKIP_COMPOSE=1: compose runs not exercised"
+else
 run_fleet docker-compose v1
 if docker compose version >/dev/null 2>&1; then
   run_fleet "docker compose" v2
 else
   log "compose v2 (\`docker compose\` plugin) not installed here: v2 not exercised"
+fi
 fi
 
 log "timings (this machine: $(nproc) cores):"

@@ -91,7 +91,9 @@ def fleet_dot(fleet: dict[str, Any]) -> str:
 
 
 def node_table(fleet: dict[str, Any]) -> pd.DataFrame:
-    """One row per node: state, tier, role, profile, CPU, memory, accelerator."""
+    """One row per node: state, tier, role, profile, CPU, memory, accelerator, peak
+    memory, and the mean CPU use (percent of one core) where the engine measured it
+    (``--backend docker``: ``docker stats`` of the node's container)."""
     rows = [
         {
             "node": n["name"],
@@ -108,6 +110,10 @@ def node_table(fleet: dict[str, Any]) -> pd.DataFrame:
         }
         for n in fleet["nodes"]
     ]
+    if any(n.get("mean_cpu_pct") is not None for n in fleet["nodes"]):  # engine stats
+        for row, n in zip(rows, fleet["nodes"], strict=True):
+            pct = n.get("mean_cpu_pct")
+            row["mean CPU % (docker stats)"] = None if pct is None else round(pct, 1)
     return pd.DataFrame(rows)
 
 

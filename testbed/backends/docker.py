@@ -26,12 +26,14 @@ import shlex
 import signal
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from requests import RequestException
 
 from nodes.agent import FLOWER_ENV
 from testbed.backends import register_backend
@@ -41,6 +43,8 @@ from testbed.backends.docker_node import (
     ContainerProcess,
     DockerNode,
     container_limits,
+    function_dirs,
+    in_image,
     memory_mb_of,
 )
 from testbed.backends.local import LocalBackend
@@ -188,12 +192,17 @@ class DockerBackend(LocalBackend):
         env.update(FLWR_HOME=str(home), HOME=str(home), PYTHONUNBUFFERED="1")
         return env
 
-    def _run(self, name: str, cmd: list[str], limits: dict[str, Any]) -> Container:
-        """Start a container for node ``name`` running ``cmd`` (output to its log)."""
+    def _run(
+        self, name: str, cmd: list[str], limits: dict[str, Any], ro: tuple[str, ...] = ()
+    ) -> Container:
+        """Start a container for node ``name`` running ``cmd`` (output to its log), the
+        run folder mounted and the folders ``ro`` too (read-only), each at its own path."""
         log = self.run_dir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         shell = f"exec {shlex.join(cmd)} >> {shlex.quote(str(log))} 2>&1"
         mount = str(self.run_dir)
+        volumes = {d: {"bind": d, "mode": "ro"} for d in ro}
+        volumes[mount] = {"bind": mount, "mode": "rw"}
         container: Container = self.client.containers.run(
             self.image,
             ["sh", "-c", shell],
@@ -202,7 +211,7 @@ class DockerBackend(LocalBackend):
             init=True,
             network_mode="host",
             labels={RUN_LABEL: self.run_label, NODE_LABEL: name},
-            volumes={mount: {"bind": mount, "mode": "rw"}},
+            volumes=volumes,
             environment=self._env(name),
             user=f"{os.getuid()}:{os.getgid()}",
             **limits,
@@ -288,6 +297,46 @@ class DockerBackend(LocalBackend):
         self._run(name, cmd, self._limits(node))
         return port, self.proc(name)
 
+    def start_services(
+        self, commands: Mapping[str, list[str]], ports: Mapping[str, int], timeout_s: float = 60.0
+    ) -> dict[str, int]:
+        """Start nodes that run a workload's own server (the functions runtime), one
+        container each with its profile's limits, each behind its link as locally.
+
+        Parameters
+        ----------
+        commands : Mapping[str, list[str]]
+            Node name -> the command of its server (this interpreter's ``python -m ...``
+            becomes the image's ``python -m ...``).
+        ports : Mapping[str, int]
+            Node name -> the 127.0.0.1 port its server listens on (host network).
+        timeout_s : float
+            How long a server may take to listen, s.
+
+        Returns
+        -------
+        dict[str, int]
+            Node name -> the 127.0.0.1 port that reaches it through its link.
+        """
+        check_image(self.client, self.image)
+        self._catch_sigterm()
+        planned = {n.name: n for n in self.plan.nodes}
+        host = sorted(os.sched_getaffinity(0))
+        ro = function_dirs(self.plan.experiment, self.run_dir)
+        for i, (name, cmd) in enumerate(commands.items()):
+            self._cmds[name], self.node_ports[name] = list(cmd), ports[name]
+            self._run(name, in_image(cmd), container_limits(planned[name], i, host), ro)
+        if not self._watcher.is_alive():
+            self._watcher.start()
+        deadline = time.monotonic() + timeout_s
+        for name in commands:
+            left = max(1.0, deadline - time.monotonic())
+            try:
+                wait_port(ports[name], left, self.proc(name))  # type: ignore[arg-type]
+            except RuntimeError as e:
+                raise RuntimeError(f"node {name}: {e} ({self.exit_reason(name)})") from None
+        return self._service_links(list(commands), ports)
+
     def stop(self) -> None:
         """Stop the local parts (``flwr`` client, links), then remove every container of
         this run (those this process made, and any other carrying the run's label)."""
@@ -295,6 +344,8 @@ class DockerBackend(LocalBackend):
             signal.signal(signal.SIGTERM, self._sigterm)
             self._sigterm = None
         self._stop_watch.set()
+        if self._watcher.is_alive():  # (not sampling containers while they go)
+            self._watcher.join(timeout=10)
         try:
             super().stop()
         finally:
@@ -371,13 +422,15 @@ class DockerBackend(LocalBackend):
                 out: dict[str, NodeResources] = {}
                 exits: dict[str, str] = {}
                 for name, cid in ids.items():
+                    if self._stop_watch.is_set():
+                        return
                     try:
                         sample = self._sample(
                             name, api.stats(cid, stream=False, one_shot=True), now
                         )
                         why = _ended(api.inspect_container(cid)["State"])
-                    except (NotFound, APIError):
-                        continue
+                    except (NotFound, APIError, RequestException, ValueError):
+                        continue  # gone meanwhile (a stop or removal: an empty reply)
                     if sample is not None:
                         out[name] = sample
                     if (

@@ -3,6 +3,8 @@ and how a device profile becomes container limits."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from docker.errors import APIError, NotFound
@@ -14,6 +16,7 @@ if TYPE_CHECKING:
 
     from testbed.backends.docker import DockerBackend
     from testbed.planner import PlannedNode
+    from testbed.spec.models import Experiment
 
 PERIOD_US = 100_000  # CFS period of a CPU quota, microseconds
 
@@ -51,6 +54,24 @@ def container_limits(node: PlannedNode, index: int, host_cpus: list[int]) -> dic
         pins = {host_cpus[(index * k + j) % len(host_cpus)] for j in range(k)}
         out["cpuset_cpus"] = ",".join(str(c) for c in sorted(pins))
     return out
+
+
+def in_image(cmd: list[str]) -> list[str]:
+    """``cmd`` as a container of the image runs it: this interpreter (``sys.executable``,
+    a path of this host) becomes the image's ``python``."""
+    return ["python", *cmd[1:]] if cmd and cmd[0] == sys.executable else list(cmd)
+
+
+def function_dirs(exp: Experiment, run_dir: Path) -> tuple[str, ...]:
+    """Folders of the experiment's function modules (``workload.functions``), which a
+    node's function runtime imports by their host path: mounted read-only at the same
+    path in its container (those under the run folder are there already)."""
+    from nodes.functions.workloads import module_path
+
+    spec = getattr(exp.workload, "functions", None)
+    fns = spec.functions if spec is not None else ()
+    dirs = {str(module_path(fn.module).resolve().parent) for fn in fns}
+    return tuple(sorted(d for d in dirs if not Path(d).is_relative_to(run_dir)))
 
 
 def memory_mb_of(usage: int, cache: int) -> float:

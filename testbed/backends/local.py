@@ -287,18 +287,21 @@ class LocalBackend:
             Node name -> the 127.0.0.1 port that reaches it through its link (a shaping
             proxy relaying to the server; the server's own port without links).
         """
-        from testbed.emulation.kinds import LINK_KINDS
-
-        planned = {n.name: n for n in self.plan.nodes}
         for name, cmd in commands.items():
             self._cmds[name], self.node_ports[name] = list(cmd), ports[name]
             self.start_node(name)
         for name in commands:
             wait_port(ports[name], timeout_s, self.procs.procs[name])
-        reach = dict(ports)
+        return self._service_links(list(commands), ports)
+
+    def _service_links(self, names: list[str], ports: Mapping[str, int]) -> dict[str, int]:
+        """A shaping proxy in front of each service node's server (none with
+        ``links.mode: none``); node name -> the 127.0.0.1 port that reaches it."""
+        planned = {n.name: n for n in self.plan.nodes}
+        reach = {name: ports[name] for name in names}
         if self.plan.experiment.links.mode == "none":
             return reach
-        for i, name in enumerate(commands):
+        for i, name in enumerate(names):
             link = LINK_KINDS["proxy"](
                 name,
                 planned[name].uplink.params(),

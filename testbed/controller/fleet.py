@@ -196,8 +196,8 @@ def _link_event(lk: dict[str, Any], kind: str, d: dict[str, Any]) -> None:
 def _add_metrics(
     nodes: dict[str, dict[str, Any]], links: dict[str, dict[str, Any]], metrics: Iterable[MetricRow]
 ) -> None:
-    """Bytes up/down per link (wire counters when the run has them, else payloads) and
-    peak memory per node."""
+    """Bytes up/down per link (wire counters when the run has them, else payloads),
+    peak memory per node and, where the engine measured it (docker stats), mean CPU."""
     payload: dict[str, dict[str, float]] = {}
     for m in metrics:
         if m.node is None or m.value is None:
@@ -208,8 +208,8 @@ def _add_metrics(
             key = "bytes_up" if m.name == "bytes_received" else "bytes_down"
             sums = payload.setdefault(m.node, {})
             sums[key] = sums.get(key, 0.0) + m.value
-        elif m.node in nodes and m.name == "peak_rss_mb":
-            nodes[m.node]["peak_rss_mb"] = m.value
+        elif m.node in nodes and m.name in ("peak_rss_mb", "mean_cpu_pct"):
+            nodes[m.node][m.name] = m.value
     for node, p in payload.items():
         links[node]["bytes_up"] = p.get("wire_bytes_up", p.get("bytes_up"))
         links[node]["bytes_down"] = p.get("wire_bytes_down", p.get("bytes_down"))

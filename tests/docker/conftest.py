@@ -9,7 +9,10 @@ They need a Docker engine with the project's image, which `make test-docker` pro
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import docker
 import pytest
@@ -45,3 +48,11 @@ def engine() -> Iterator[docker.DockerClient]:
 def labelled_containers(client: docker.DockerClient) -> list[str]:
     """Names of every container (running or not) that carries the testbed's run label."""
     return [c.name or "?" for c in client.containers.list(all=True, filters={"label": RUN_LABEL})]
+
+
+def docker_run(spec: Path, out: Path) -> subprocess.Popen[str]:
+    """``testbed run SPEC --backend docker --out OUT`` as a user starts it (stderr piped)."""
+    cmd = [sys.executable, "-m", "testbed", "run", str(spec), "--backend", "docker"]
+    return subprocess.Popen(
+        [*cmd, "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from testbed.planner import make_plan
 from testbed.runner import run_experiment
 from testbed.spec.loader import parse_spec
 from testbed.store import RunStore
-from tests.docker.conftest import labelled_containers
+from tests.docker.conftest import docker_run, labelled_containers
 
 MB = 2**20
 MIN_NODE_MB = 50.0  # a warm node (Python, Flower, torch imported) uses more than this
@@ -102,22 +100,7 @@ def test_a_node_killed_by_oom_is_reported_oom_and_nothing_is_left(
 def test_ctrl_c_removes_every_container(engine: docker.DockerClient, tmp_path: Path) -> None:
     spec = tmp_path / "long.yaml"
     spec.write_text(SMALL.format(memory_mb=1024, rounds=30))
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "testbed",
-            "run",
-            str(spec),
-            "--backend",
-            "docker",
-            "--out",
-            str(tmp_path / "runs"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = docker_run(spec, tmp_path / "runs")
     try:
         deadline = time.monotonic() + 120
         while len(engine.containers.list(filters={"label": RUN_LABEL})) < 3:

@@ -4,10 +4,12 @@ answers or the links need what the backend cannot do."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from testbed.backends.docker_node import PERIOD_US, container_limits, memory_mb_of
 from testbed.planner import make_plan
@@ -92,3 +94,36 @@ def test_an_ended_container_is_oom_or_its_exit_code() -> None:
     assert _ended({"Status": "running", "OOMKilled": False}) is None
     assert _ended({"Status": "exited", "OOMKilled": True, "ExitCode": 137}) == "oom"
     assert _ended({"Status": "exited", "OOMKilled": False, "ExitCode": 1}) == "exited 1"
+
+
+def _charts(root: Path) -> ModuleType:
+    """The dashboard's ``ui/charts.py`` by its path (under pytest the folder tests/ui
+    shadows the ``ui`` package of the checkout)."""
+    spec = importlib.util.spec_from_file_location("ui_charts", root / "ui" / "charts.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_fleet_view_shows_engine_cpu_and_memory_per_node(root: Path) -> None:
+    """The Fleet page's node table: peak memory and, where the engine measured it,
+    mean CPU per container; no CPU column for a run without engine stats."""
+    from testbed.controller.fleet import fleet_state
+    from testbed.rows import MetricRow
+
+    node_table = _charts(root).node_table
+    plan = make_plan(parse_spec(SPEC))
+    metrics = [
+        MetricRow(None, "tiny-1", "peak_rss_mb", 478.4, 1.0),
+        MetricRow(None, "tiny-1", "mean_cpu_pct", 12.34, 1.0),
+        MetricRow(None, "cloud", "mean_cpu_pct", 18.0, 1.0),
+    ]
+    fleet = fleet_state(plan, [], metrics, "completed")
+    table = node_table(fleet).set_index("node")
+    assert table.loc["tiny-1", "peak RSS MB"] == 478
+    assert table.loc["tiny-1", "mean CPU % (docker stats)"] == 12.3
+    assert table.loc["cloud", "mean CPU % (docker stats)"] == 18.0
+    assert table["mean CPU % (docker stats)"].isna()["big"]
+    local = node_table(fleet_state(plan, [], metrics[:1], "completed"))
+    assert "mean CPU % (docker stats)" not in local.columns

@@ -140,6 +140,7 @@ def resume_run(store: RunStore, run_id: str, observer: Observer | None = None) -
     ResumeError
         Unknown run id, a completed or still running run, no checkpoint.
     """
+    from nodes.fl.checkpoint import load_checkpoint
     from testbed.planner import make_plan
     from testbed.reaper import reap_run
     from testbed.spec.loader import parse_spec
@@ -151,6 +152,8 @@ def resume_run(store: RunStore, run_id: str, observer: Observer | None = None) -
     if exp.workload.fl is None:
         raise ResumeError(f"run {run.run_id}: only fl workloads are resumed")
     reaped = reap_run(run_dir)
+    # the dead attempt's ServerApp may have checkpointed once more before it was reaped
+    ckpt = load_checkpoint(run_dir) or ckpt
     counts = roll_back(store, run.run_id, run_dir, ckpt.ts)
     attempt = archive_attempt(run_dir)
     store.reopen_run(run.run_id, os.getpid())

@@ -145,11 +145,22 @@ def execute(ctx: RunContext) -> RunResult:
         store.finish_run(run_id, status, summary)
         store.add_event(run_id, "run_finished", status=status)
         if watchdog is not None:
-            watchdog.stop()
+            _reap_leftovers(ctx, watchdog)
         result = RunResult(run_id, status, ctx.run_dir, summary["wall_s"], summary)
         if ctx.observer:
             ctx.observer.finished(result)
     return result
+
+
+def _reap_leftovers(ctx: RunContext, watchdog: Any) -> None:
+    """Stop the watchdog, then reap what the fleet's own teardown missed (a node started
+    in the instant Ctrl-C arrived, say); record a ``reaped`` event if there was any."""
+    from testbed.reaper import reap_run
+
+    watchdog.stop()
+    left = reap_run(ctx.run_dir)
+    if left["processes"] or left["netns"] or left["cgroups"]:
+        ctx.store.add_event(ctx.run_id, "reaped", **left)
 
 
 @dataclass(frozen=True)

@@ -400,9 +400,11 @@ def node_supernode(
     )
 
 
+from testbed.cli_resume import register as register_resume  # noqa: E402
 from testbed.cli_up import register  # noqa: E402  (controller, up)
 
 register(app)
+register_resume(app)
 
 
 def main() -> None:

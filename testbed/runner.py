@@ -113,12 +113,25 @@ def run_experiment(
         run_dir,
         {"run_id": run_id, "backend": backend, "sweep_assignment": assignment or {}},
     )
-    t0 = time.time()
-    status, summary = "failed", {}
     plan = make_plan(exp, seed)
     ctx = RunContext(plan, run_id, run_dir, store, backend, backend_options or {}, observer)
+    return execute(ctx)
+
+
+def execute(ctx: RunContext) -> RunResult:
+    """Run the workload of ``ctx`` (a run already in the store) and record how it ended.
+
+    On the local backend a watchdog process reaps the fleet if this process is killed
+    (:mod:`testbed.reaper`). Ctrl-C marks the run ``interrupted`` and re-raises.
+    """
+    from testbed.reaper import Watchdog
+
+    store, run_id = ctx.store, ctx.run_id
+    watchdog = Watchdog(ctx.run_dir, run_id) if ctx.backend == "local" else None
+    t0 = time.time()
+    status, summary = "failed", {}
     try:
-        summary = workload(section_of(exp)).run(ctx)
+        summary = workload(section_of(ctx.experiment)).run(ctx)
         status = summary.pop("status", "completed")
     except KeyboardInterrupt:
         status, summary = "interrupted", {"reason": "interrupted by user (Ctrl-C)"}
@@ -131,10 +144,23 @@ def run_experiment(
         summary["wall_s"] = time.time() - t0
         store.finish_run(run_id, status, summary)
         store.add_event(run_id, "run_finished", status=status)
-        result = RunResult(run_id, status, run_dir, summary["wall_s"], summary)
-        if observer:
-            observer.finished(result)
+        if watchdog is not None:
+            _reap_leftovers(ctx, watchdog)
+        result = RunResult(run_id, status, ctx.run_dir, summary["wall_s"], summary)
+        if ctx.observer:
+            ctx.observer.finished(result)
     return result
+
+
+def _reap_leftovers(ctx: RunContext, watchdog: Any) -> None:
+    """Stop the watchdog, then reap what the fleet's own teardown missed (a node started
+    in the instant Ctrl-C arrived, say); record a ``reaped`` event if there was any."""
+    from testbed.reaper import reap_run
+
+    watchdog.stop()
+    left = reap_run(ctx.run_dir)
+    if left["processes"] or left["netns"] or left["cgroups"]:
+        ctx.store.add_event(ctx.run_id, "reaped", **left)
 
 
 @dataclass(frozen=True)

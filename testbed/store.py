@@ -183,6 +183,35 @@ class RunStore:
             (status, time.time(), json.dumps(summary or {}, default=str), run_id),
         )
 
+    def reopen_run(self, run_id: str, pid: int) -> None:
+        """Set a run ``running`` again under process ``pid`` (``testbed resume``)."""
+        self._db.execute(
+            "UPDATE runs SET status='running', pid=?, finished_at=NULL, summary=NULL"
+            " WHERE run_id=?",
+            (pid, run_id),
+        )
+
+    def drop_after(self, run_id: str, ts: float, keep_kinds: Iterable[str] = ()) -> dict[str, int]:
+        """Delete the run's metrics, round statuses and events newer than ``ts`` (except
+        events of ``keep_kinds``), in one transaction; return the counts per table."""
+        keep = list(keep_kinds)
+        marks = ",".join("?" * len(keep)) or "''"
+        counts: dict[str, int] = {}
+        self._db.execute("BEGIN")
+        try:
+            for table, extra, args in (
+                ("metrics", "", ()),
+                ("round_status", "", ()),
+                ("events", f" AND kind NOT IN ({marks})", tuple(keep)),
+            ):
+                cur = self._db.execute(
+                    f"DELETE FROM {table} WHERE run_id=? AND ts>?{extra}", (run_id, ts, *args)
+                )
+                counts[table] = cur.rowcount
+        finally:
+            self._db.execute("COMMIT")
+        return counts
+
     def add_event(
         self,
         run_id: str,

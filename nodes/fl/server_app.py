@@ -2,7 +2,9 @@
 
 Run config keys (all set by the testbed, defaults in ``nodes/fl/app/pyproject.toml``):
 ``fl-spec`` (FLSpec as JSON), ``seed``, ``node-names`` (JSON list, index = partition
-id), ``telemetry-path`` (JSONL file, empty for none), ``artifact-dir``.
+id), ``telemetry-path`` (JSONL file, empty for none), ``artifact-dir`` (final model and
+the per-round checkpoint, :mod:`nodes.fl.checkpoint`), ``resume`` (1: start after the
+checkpoint in ``artifact-dir``; ``testbed resume`` sets it).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
 
 from nodes.fl import task
+from nodes.fl.checkpoint import ResumedRounds, load_checkpoint, save_checkpoint
 from nodes.fl.late import StalePolicy
 from nodes.fl.recording import RecordingStrategy
 from nodes.fl.strategies import STRATEGIES, constructor_args
@@ -107,22 +110,39 @@ def main(grid: Grid, context: Context) -> None:
             counts = np.bincount(tr.y, minlength=splits.num_classes)
             tel.event("silo_classes", node=name, counts=counts.tolist())
 
+    out = str(rc.get("artifact-dir", ""))
+    rounds, initial = _starting_point(strategy, out, int(str(rc.get("resume", 0))), model, tel)
     tel.event("run_start", nodes=names, rounds=spec.rounds)
-    result = strategy.start(
+    result = rounds.start(
         grid=grid,
-        initial_arrays=ArrayRecord(model.state_dict()),
-        num_rounds=spec.rounds,
+        initial_arrays=initial,
+        num_rounds=spec.rounds - rounds.offset,
         timeout=spec.round_timeout_s,
         train_config=ConfigRecord({"lr": spec.lr}),
-        evaluate_fn=_centralized(spec, tel, names, model, splits)
-        if spec.evaluation.centralized
-        else None,
+        evaluate_fn=rounds.shifted(
+            _centralized(spec, tel, names, model, splits) if spec.evaluation.centralized else None
+        ),
     )
-    out = str(rc.get("artifact-dir", ""))
+    final = result.arrays if len(result.arrays) else initial  # (no round left to run)
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
-        torch.save(result.arrays.to_torch_state_dict(), Path(out) / "final_model.pt")
+        save_checkpoint(out, spec.rounds, final)
+        torch.save(final.to_torch_state_dict(), Path(out) / "final_model.pt")
     tel.event("run_end", rounds=spec.rounds)
+
+
+def _starting_point(
+    strategy: RecordingStrategy, out: str, resume: int, model: torch.nn.Module, tel: Telemetry
+) -> tuple[ResumedRounds, ArrayRecord]:
+    """``strategy`` shifted to the first round to run, and the model it starts from: the
+    checkpoint in ``out`` when resuming, else round 1 and the freshly built ``model``."""
+    ckpt = load_checkpoint(out) if resume and out else None
+    if resume and ckpt is None:
+        raise RuntimeError(f"resume: no checkpoint in {out!r}")
+    if ckpt is None:
+        return ResumedRounds(strategy, out, 0), ArrayRecord(model.state_dict())
+    tel.event("resumed_from_checkpoint", round=ckpt.round)
+    return ResumedRounds(strategy, out, ckpt.round), ArrayRecord(ckpt.arrays)
 
 
 def _recording_strategy(

@@ -94,8 +94,10 @@ class LocalBackend:
     def start(self, timeout_s: float = 60.0) -> None:
         """Start the SuperLink, then every SuperNode; return when all listen."""
         from nodes.agent import remove_stale_cgroups
+        from testbed.reaper import write_fleet_file
 
         remove_stale_cgroups()
+        write_fleet_file(self.run_dir, self._run_tag)
         mode = self.plan.experiment.links.mode
         host = "127.0.0.1"
         if mode == "netem":  # the SuperLink lives in this run's own server namespace

@@ -70,6 +70,8 @@ class RunContext:
         Keyword arguments for the backend's constructor.
     observer : Observer or None
         Who watches the run (the CLI's live view).
+    resume : bool
+        The run continues an earlier attempt from its checkpoint (``testbed resume``).
     """
 
     plan: Plan
@@ -79,6 +81,7 @@ class RunContext:
     backend: str = "local"
     backend_options: Mapping[str, Any] = field(default_factory=dict)
     observer: Observer | None = None
+    resume: bool = False
 
     @property
     def experiment(self) -> Experiment:

@@ -63,6 +63,8 @@ class FlRun:
         assert spec is not None
         self.ctx, self.spec, self.backend = ctx, spec, backend
         self.tail = TelemetryTail(ctx.run_dir / "telemetry.jsonl")
+        if ctx.resume and self.tail.path.exists():  # the earlier attempts' lines are in
+            self.tail.offset = self.tail.path.stat().st_size
         self.peak: dict[str, float] = {}
         self.ended = False
         self.progress_t = time.monotonic()  # when a round last started or ended
@@ -130,6 +132,7 @@ class FlRun:
                 "node-names": json.dumps(self.ctx.plan.client_names()),
                 "telemetry-path": str((run_dir / "telemetry.jsonl").resolve()),
                 "artifact-dir": str(run_dir.resolve()),
+                "resume": int(self.ctx.resume),
             }
         )
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from nodes.frozen import Frozen
 from radio.channel_models import CHANNEL_MODELS
 from radio.task_registry import DIGITS_TASKS, TASK_BUILDERS
 
@@ -34,7 +35,7 @@ __all__ = [
 NR_SUBCARRIER_SPACINGS_HZ: tuple[float, ...] = (15e3, 30e3, 60e3, 120e3, 240e3)
 
 
-class EnergyModelSpec(BaseModel):
+class EnergyModelSpec(Frozen):
     """Parameters of the MODELLED energy: ``E = P_radio * airtime + P_compute * compute_time``.
 
     Attributes
@@ -52,8 +53,6 @@ class EnergyModelSpec(BaseModel):
         Where ``compute_power_w`` comes from (stored with the results).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     radio_power_w: float = Field(2.0, gt=0)
     compute_power_w: float = Field(7.0, gt=0)
     radio_power_source: str = (
@@ -62,7 +61,7 @@ class EnergyModelSpec(BaseModel):
     compute_power_source: str = "NVIDIA Jetson Orin Nano datasheet, 7 W power mode"
 
 
-class BitBaselineSpec(BaseModel):
+class BitBaselineSpec(Frozen):
     """Bit-level baseline: quantized features -> 5G LDPC -> QAM -> MIMO -> decode -> classify.
 
     Attributes
@@ -79,8 +78,6 @@ class BitBaselineSpec(BaseModel):
         Belief-propagation iterations of the LDPC decoder.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     feature_dim: int = Field(16, ge=1, le=256)
     quantization_bits: int = Field(4, ge=1, le=16)
     ldpc_code_rate: float = Field(0.5, gt=0.0, lt=1.0)
@@ -88,14 +85,12 @@ class BitBaselineSpec(BaseModel):
     ldpc_num_iterations: int = Field(20, ge=1, le=200)
 
 
-class SemanticMuxSpec(BaseModel):
+class SemanticMuxSpec(Frozen):
     """Semantic multiplexing of K tasks over a MIMO mmWave link, with two baselines.
 
     See ``experiments/semantic_mux.yaml`` for every key with a comment. Lists such as
     ``num_tasks_list`` and ``snr_db_list`` are sweeps; everything else is a single value.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     # --- run size -----------------------------------------------------------------------
     quick: bool = False

@@ -31,7 +31,7 @@ from flwr.app import ArrayRecord, Message, MetricRecord
 from flwr.serverapp.strategy import FedAvg
 from pydantic import Field
 
-from nodes.fl.config import Frozen
+from nodes.frozen import Frozen
 from testbed.backends import register_backend
 from testbed.backends.local import LocalBackend
 from testbed.emulation.kinds import LINK_KINDS

@@ -10,15 +10,16 @@ import re
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from nodes.compression.cost_model import NUMERIC_FIELDS, PROFILES
+from nodes.frozen import Frozen
 
 BUILTIN_MODELS = ("auto", "digits_cnn", "resnet32")
 _IMPORT_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
-class CompressSpec(BaseModel):
+class CompressSpec(Frozen):
     """Validated settings of the compression experiment.
 
     Attributes
@@ -69,8 +70,6 @@ class CompressSpec(BaseModel):
     quick : bool
         Shrink training/fine-tuning so the run ends in < 2 min on 2 cores.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     dataset: Literal["digits", "cifar10"] = "digits"
     cifar10_path: str | None = None

@@ -8,21 +8,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from nodes.data.datasets import DATASETS
 from nodes.data.partition import PARTITIONERS
 from nodes.fl.strategies import STRATEGIES, check_params
+from nodes.frozen import Frozen
 from nodes.models import MODELS
 
 Tier = Literal["edge", "fog", "cloud", "space"]
 DEFAULT_TT_TIERS: tuple[Tier, ...] = ("edge", "fog", "space")
-
-
-class Frozen(BaseModel):
-    """Base for spec models: immutable, unknown keys are errors."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class DatasetSpec(Frozen):

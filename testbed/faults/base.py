@@ -25,8 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict
-
+from nodes.frozen import Frozen
 from nodes.registry import Registry
 
 if TYPE_CHECKING:
@@ -36,10 +35,8 @@ if TYPE_CHECKING:
 Target = Literal["node", "link", "server"]
 
 
-class FaultParams(BaseModel):
+class FaultParams(Frozen):
     """Base of every kind's parameters: frozen, unknown keys are errors."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class FaultContext(Protocol):

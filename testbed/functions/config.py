@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from nodes.fl.config import Frozen
+from nodes.frozen import Frozen
 
 Mode = Literal["cpu", "cpu_preferred", "gpu_preferred", "gpu"]
 

@@ -14,7 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from nodes.frozen import Frozen
 
 #: Where relative ``tle_files`` are also looked up (the repository root).
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -23,8 +25,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_START_UTC = datetime(2025, 1, 1, tzinfo=UTC)
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+_Frozen = Frozen  # (the spec models' one base, nodes/frozen.py)
 
 
 def _utc(v: datetime | None) -> datetime | None:

@@ -16,13 +16,13 @@ values; efficiency, overhead and cold start are assumptions, labelled as such. H
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from nodes.frozen import Frozen
 
 
-class DeviceProfile(BaseModel):
+class DeviceProfile(Frozen):
     """A device class a node emulates."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cpu_speed_factor: float = Field(1.0, gt=0, description="compute speed vs this host")
     cpu_cores: int = Field(1, ge=1)

@@ -22,7 +22,8 @@ from pydantic import (
 )
 
 from nodes.compression.config import CompressSpec
-from nodes.fl.config import FLSpec, Frozen
+from nodes.fl.config import FLSpec
+from nodes.frozen import Frozen
 from radio.config import SemanticMuxSpec
 from testbed.functions.config import FunctionsSpec
 from testbed.space.config import SpaceSpec

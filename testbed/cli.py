@@ -74,7 +74,7 @@ def validate(
 @app.command()
 def run(
     file: Path,
-    backend: Annotated[str, typer.Option(help="local (default), docker or compose")] = "local",
+    backend: Annotated[str, typer.Option(help="local (default), docker, compose or simulation")] = "local",
     out: OutOpt = Path("runs"),
     set_: SetOpt = None,
     cold: Annotated[

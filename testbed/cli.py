@@ -32,7 +32,9 @@ SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override: key.p
 
 
 def _fail(msg: str) -> typer.Exit:
-    err_console.print(f"[red]error:[/] {msg}", highlight=False)
+    from rich.markup import escape  # a message's [brackets] are text, not style tags
+
+    err_console.print(f"[red]error:[/] {escape(msg)}", highlight=False)
     return typer.Exit(2)
 
 

@@ -1,4 +1,4 @@
-"""Backends realise a Plan; registered by name (``local``, ``compose``, ``docker``, ``simulation``)."""
+"""Backends realise a Plan; registered by name (``local``, ``compose``, ``docker`` ...)."""
 
 from __future__ import annotations
 

@@ -86,9 +86,7 @@ class SimulationBackend:
     def preflight(experiments: list[Experiment]) -> None:
         """Before anything is recorded: Ray installed, nothing the simulation cannot do."""
         if importlib.util.find_spec("ray") is None:
-            raise ValueError(
-                f"--backend simulation: Ray is not installed; pip install '{EXTRA}'"
-            )
+            raise ValueError(f"--backend simulation: Ray is not installed; pip install '{EXTRA}'")
         for exp in experiments:
             check_experiment(exp)
 

@@ -55,8 +55,8 @@ def run(settings: dict[str, Any]) -> None:
     """Run the Flower app once on the Simulation Engine; Ray is shut down at the end."""
     import ray
     from flwr.common.telemetry import EventType
-    from flwr.common.typing import Run
     from flwr.simulation.run_simulation import _run_simulation
+    from flwr.supercore.run import Run
 
     from nodes.fl.client_app import app as client_app
 

@@ -18,7 +18,9 @@ def _run(tmp_path: Path, text: str) -> tuple[int, str]:
     spec = tmp_path / "spec.yaml"
     spec.write_text(text)
     out = tmp_path / "runs"
-    result = CliRunner().invoke(app, ["run", str(spec), "--backend", "simulation", "--out", str(out)])
+    result = CliRunner().invoke(
+        app, ["run", str(spec), "--backend", "simulation", "--out", str(out)]
+    )
     assert not out.exists(), "nothing may be recorded"
     return result.exit_code, result.output + (result.stderr or "")
 

@@ -51,7 +51,7 @@ def check_experiment(exp: Experiment) -> None:
         raise ValueError("workload: --backend simulation runs workload.fl only")
 
 
-def client_model(node: PlannedNode, deadline_s: float) -> dict[str, Any]:
+def client_model(node: PlannedNode) -> dict[str, Any]:
     """The virtual clock's view of one client: stretch and link parameters."""
     speed = node.profile.cpu_speed_factor
     return {
@@ -118,7 +118,7 @@ class SimulationBackend:
             "clock": {
                 "deadline_s": deadline,
                 "protocol_delay_s": PROTOCOL_DELAY_S,
-                "clients": {n.name: client_model(n, deadline) for n in self.plan.clients},
+                "clients": {n.name: client_model(n) for n in self.plan.clients},
             },
         }
 

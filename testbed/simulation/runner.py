@@ -51,18 +51,34 @@ def clocked_server_app(settings: dict[str, Any]) -> ServerApp:
     return app
 
 
+def simulation_run(run_id: int, run_config: dict[str, Any]) -> Any:
+    """Flower's ``Run`` of a simulation, set up as ``run_simulation`` does, with the
+    testbed's run config as its override config."""
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.supercore.constant import NOOP_FEDERATION_ID
+    from flwr.supercore.run import Run
+    from flwr.supercore.task_identity import TaskIdentity
+
+    run = Run.create_empty(run_id=run_id)
+    run.primary_task_id = run_id
+    run.federation_id = NOOP_FEDERATION_ID
+    run.override_config = dict(run_config)
+    TaskIdentity.task_id = 1
+    TaskIdentity.run_id = run_id
+    TaskIdentity.node_id = SUPERLINK_NODE_ID
+    return run
+
+
 def run(settings: dict[str, Any]) -> None:
     """Run the Flower app once on the Simulation Engine; Ray is shut down at the end."""
     import ray
-    from flwr.common.telemetry import EventType
     from flwr.simulation.run_simulation import _run_simulation
-    from flwr.supercore.run import Run
+    from flwr.supercore.telemetry import EventType
 
     from nodes.fl.client_app import app as client_app
 
     run_config = settings["run_config"]
-    flwr_run = Run.create_empty(run_id=int(settings["run_id"]))
-    flwr_run.override_config = dict(run_config)
+    flwr_run = simulation_run(int(settings["run_id"]), run_config)
     context = Context(
         run_id=flwr_run.run_id,
         node_id=0,

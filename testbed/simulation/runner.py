@@ -100,6 +100,7 @@ def run(settings: dict[str, Any]) -> None:
             server_app_context=context,
             app_dir=str(APP_DIR),
             run=flwr_run,
+            is_app=True,  # clients read their run config from app_dir + overrides
         )
     finally:
         if ray.is_initialized():

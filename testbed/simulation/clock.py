@@ -133,6 +133,7 @@ class ClockedGrid:
             vt = self._time(reply, down, rnd)
             if vt is not None and vt > self.clock.deadline_s:
                 slowest = self.clock.deadline_s
+                self._identify(reply)  # its rows name the node, not node-<flower id>
                 continue
             slowest = max(slowest, vt or 0.0)
             kept.append(reply)
@@ -143,6 +144,9 @@ class ClockedGrid:
             self.tel.metric("virtual_round_s", slowest, rnd)
             self.tel.metric("virtual_time_s", self.elapsed_s, rnd)
         return kept
+
+    def _identify(self, reply: Message) -> None:
+        _identify_event(self.tel, reply, self.names)
 
     def _time(self, reply: Message, down: dict[int, int], rnd: int | None) -> float | None:
         """Virtual time of one reply (None for an error reply: the engine's own)."""
@@ -157,6 +161,14 @@ class ClockedGrid:
         if rnd is not None:
             self.tel.metric("virtual_client_s", vt, rnd, name)
         return vt
+
+
+def _identify_event(tel: Telemetry, reply: Message, names: list[str]) -> None:
+    """A ``node_identified`` event for a reply the strategy never sees, so the control
+    plane can name the rows the strategy records under the node's Flower id."""
+    pid = int(_scalar(reply, "partition-id", -1))
+    if 0 <= pid < len(names):
+        tel.event("node_identified", node=names[pid], node_id=str(reply.metadata.src_node_id))
 
 
 def _round_of(messages: list[Message]) -> int | None:

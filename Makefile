@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[all,dev]"
+	$(BIN)/pip install --quiet -e ".[all,dev,sim]"
 	touch $(STAMP)
 
 setup: $(STAMP)

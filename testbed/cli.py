@@ -32,7 +32,9 @@ SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override: key.p
 
 
 def _fail(msg: str) -> typer.Exit:
-    err_console.print(f"[red]error:[/] {msg}", highlight=False)
+    from rich.markup import escape  # a message's [brackets] are text, not style tags
+
+    err_console.print(f"[red]error:[/] {escape(msg)}", highlight=False)
     return typer.Exit(2)
 
 
@@ -74,7 +76,7 @@ def validate(
 @app.command()
 def run(
     file: Path,
-    backend: Annotated[str, typer.Option(help="local (default), docker or compose")] = "local",
+    backend: Annotated[str, typer.Option(help="local, docker, compose, simulation")] = "local",
     out: OutOpt = Path("runs"),
     set_: SetOpt = None,
     cold: Annotated[

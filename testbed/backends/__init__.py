@@ -1,4 +1,4 @@
-"""Backends realise a Plan; registered by name (``local``, ``compose``, ``docker``)."""
+"""Backends realise a Plan; registered by name (``local``, ``compose``, ``docker`` ...)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ register_backend = BACKENDS.register
 
 def get_backend(name: str) -> Callable[..., Any]:
     """The backend class registered as ``name`` (ValueError naming --backend otherwise)."""
-    from testbed.backends import compose, docker, local  # noqa: F401  (register themselves)
+    from testbed.backends import compose, docker, local, simulation  # noqa: F401  (register themselves)
 
     try:
         return BACKENDS[name]

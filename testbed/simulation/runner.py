@@ -1,0 +1,118 @@
+"""The simulation process: the testbed's ServerApp and ClientApp on Flower's Simulation
+Engine (Ray), with the virtual clock on the ServerApp's grid.
+
+``python -m testbed.simulation.runner SETTINGS.json`` (written by
+:class:`testbed.backends.simulation.SimulationBackend`). Flower's public
+``run_simulation`` takes no run config, so this calls the entry that ``flwr run`` on a
+simulation federation uses (``flwr.simulation.run_simulation._run_simulation`` with a
+``Run`` whose override config is the testbed's run config and the app directory
+``nodes/fl/app`` for its defaults). Ray starts local, offline (usage stats off), bounded
+to ``num_cpus`` and is shut down before the process exits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Context, RecordDict
+from flwr.serverapp import Grid, ServerApp
+
+from nodes.fl.telemetry import Telemetry
+from testbed.simulation.clock import ClientModel, ClockedGrid, VirtualClock
+
+APP_DIR = Path(__file__).resolve().parents[2] / "nodes" / "fl" / "app"
+
+
+def clock_of(settings: dict[str, Any]) -> VirtualClock:
+    """The virtual clock described by the settings' ``clock`` section."""
+    c = settings["clock"]
+    clients = {name: ClientModel(**m) for name, m in c["clients"].items()}
+    return VirtualClock(clients, float(c["deadline_s"]), float(c["protocol_delay_s"]))
+
+
+def clocked_server_app(settings: dict[str, Any]) -> ServerApp:
+    """The testbed's ServerApp ``main`` with the virtual clock installed on its grid."""
+    from nodes.fl.server_app import main as fl_main
+
+    app = ServerApp()
+    clock = clock_of(settings)
+    names = list(settings["names"])
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        tel = Telemetry(str(context.run_config.get("telemetry-path", "")) or None)
+        ClockedGrid(grid, clock, names, tel, float(settings["wall_cap_s"]))
+        fl_main(grid, context)
+
+    return app
+
+
+def simulation_run(run_id: int, run_config: dict[str, Any]) -> Any:
+    """Flower's ``Run`` of a simulation, set up as ``run_simulation`` does, with the
+    testbed's run config as its override config."""
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.supercore.constant import NOOP_FEDERATION_ID
+    from flwr.supercore.run import Run
+    from flwr.supercore.task_identity import TaskIdentity
+
+    run = Run.create_empty(run_id=run_id)
+    run.primary_task_id = run_id
+    run.federation_id = NOOP_FEDERATION_ID
+    run.override_config = dict(run_config)
+    TaskIdentity.task_id = 1
+    TaskIdentity.run_id = run_id
+    TaskIdentity.node_id = SUPERLINK_NODE_ID
+    return run
+
+
+def run(settings: dict[str, Any]) -> None:
+    """Run the Flower app once on the Simulation Engine; Ray is shut down at the end."""
+    import ray
+    from flwr.simulation.run_simulation import _run_simulation
+    from flwr.supercore.telemetry import EventType
+
+    from nodes.fl.client_app import app as client_app
+
+    run_config = settings["run_config"]
+    flwr_run = simulation_run(int(settings["run_id"]), run_config)
+    context = Context(
+        run_id=flwr_run.run_id,
+        node_id=0,
+        node_config={},
+        state=RecordDict(),
+        run_config=dict(run_config),
+    )
+    backend_config: Any = {
+        "client_resources": {"num_cpus": float(settings["client_cpus"]), "num_gpus": 0.0},
+        "init_args": {"num_cpus": int(settings["num_cpus"]), "include_dashboard": False},
+    }
+    try:
+        _run_simulation(
+            num_supernodes=len(settings["names"]),
+            exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
+            client_app=client_app,
+            server_app=clocked_server_app(settings),
+            backend_config=backend_config,
+            server_app_context=context,
+            app_dir=str(APP_DIR),
+            run=flwr_run,
+            is_app=True,  # clients read their run config from app_dir + overrides
+        )
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+def main(argv: list[str]) -> int:
+    """Entry point: ``runner SETTINGS.json``."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    run(json.loads(Path(argv[0]).read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

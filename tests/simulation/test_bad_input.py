@@ -1,0 +1,50 @@
+"""--backend simulation refuses what it cannot simulate: exit 2, the key named, no store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from testbed.backends import simulation
+from testbed.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = (ROOT / "experiments" / "quickstart.yaml").read_text()
+
+
+def _run(tmp_path: Path, text: str) -> tuple[int, str]:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(text)
+    out = tmp_path / "runs"
+    result = CliRunner().invoke(
+        app, ["run", str(spec), "--backend", "simulation", "--out", str(out)]
+    )
+    assert not out.exists(), "nothing may be recorded"
+    return result.exit_code, result.output + (result.stderr or "")
+
+
+def test_netem_links_are_refused(tmp_path: Path) -> None:
+    code, text = _run(tmp_path, QUICKSTART.replace("links:\n", "links:\n  mode: netem\n"))
+    assert code == 2, text
+    assert "links.mode" in text and "netem" in text
+
+
+def test_fault_that_cannot_be_simulated_is_refused(tmp_path: Path) -> None:
+    fault = "faults:\n  - {kind: crash, node: edge-1, at_round: 2}\n"
+    code, text = _run(tmp_path, QUICKSTART + fault)
+    assert code == 2, text
+    assert "faults[0].kind" in text and "crash" in text
+
+
+def test_missing_ray_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = simulation.importlib.util.find_spec
+    monkeypatch.setattr(
+        simulation.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "ray" else real(name, *a),
+    )
+    code, text = _run(tmp_path, QUICKSTART)
+    assert code == 2, text
+    assert "continuum-testbed[sim]" in text

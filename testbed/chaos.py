@@ -211,8 +211,12 @@ def finalize_statuses(store: RunStore, run_id: str, plan: Plan, rounds: int) -> 
 
 
 def _rename_rows(store: RunStore, run_id: str, names: set[str], ids: dict[Any, str]) -> None:
-    """Move rows recorded under ``node-<flower id>`` to the node's name (a row already
-    under the name for that round wins); rows of unidentified ids stay as they are."""
+    """Move rows recorded under ``node-<flower id>`` to the node's name (a status row
+    already under the name for that round wins; metrics move as they are); rows of
+    unidentified ids stay as they are."""
+    for fid, node in ids.items():  # metrics of the id too (bytes_lost of a silent node)
+        if node in names and fid is not None:
+            store.rename_metric_node(run_id, f"node-{fid}", node)
     rows = store.round_status(run_id, with_ts=True)
     seen = {(row.round, row.node) for row in rows if row.node in names}
     for row in rows:

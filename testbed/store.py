@@ -273,6 +273,10 @@ class RunStore:
             "DELETE FROM round_status WHERE run_id=? AND round=? AND node=?", (run_id, round, node)
         )
 
+    def rename_metric_node(self, run_id: str, old: str, new: str) -> None:
+        """Metrics recorded under node ``old`` (a Flower id) belong to node ``new``."""
+        self._db.execute("UPDATE metrics SET node=? WHERE run_id=? AND node=?", (new, run_id, old))
+
     def ingest(self, run_id: str, records: Iterable[dict[str, Any]]) -> int:
         """Store node telemetry records (see ``nodes.fl.telemetry``); return the count."""
         n = 0

@@ -184,7 +184,11 @@ def test_statuses_of_a_run_that_ended_after_round_2_of_5(tmp_path: Path) -> None
     store.add_event("r", "node_down", round=1, node="edge-3", reason="crash (never returns)")
     store.set_status("r", 2, "node-99", "late")  # never identified
     store.add_event("r", "node_identified", node="edge-2", node_id="77")
+    store.add_metric("r", "bytes_lost", 5.0, round=1, node="node-77")
+    store.add_metric("r", "bytes_lost", 7.0, round=2, node="node-99")
     finalize_statuses(store, "r", plan, rounds=5)
+    lost = {(m.round, m.node, m.value) for m in store.metrics("r", "bytes_lost")}
+    assert lost == {(1, "edge-2", 5.0), (2, "node-99", 7.0)}  # metrics follow the name
     got = {(r, n): (s, why) for r, n, s, why in store.round_status("r")}
     assert got == {
         (1, "edge-1"): ("completed", ""),

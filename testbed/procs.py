@@ -54,6 +54,23 @@ def wait_port(
     raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout_s:.0f} s")
 
 
+def terminate_then_kill(procs: list[psutil.Process], grace_s: float) -> None:
+    """SIGTERM ``procs`` (SIGKILL at once when ``grace_s`` is 0), SIGKILL those still
+    alive after ``grace_s``, and wait for them."""
+    for q in procs:
+        try:
+            q.terminate() if grace_s > 0 else q.kill()
+        except psutil.NoSuchProcess:
+            pass
+    _gone, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for q in alive:
+        try:
+            q.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=2)
+
+
 class ProcGroup:
     """Start processes in their own session; stop them and all their descendants."""
 
@@ -117,22 +134,14 @@ class ProcGroup:
         live: list[psutil.Process] = []
         for pid in pids:
             try:
-                q = psutil.Process(pid)
-                q.terminate() if timeout_s > 0 else q.kill()
-                live.append(q)
+                live.append(psutil.Process(pid))
             except psutil.NoSuchProcess:
                 pass
-        _gone, alive = psutil.wait_procs(live, timeout=timeout_s)
-        for q in alive:
-            try:
-                q.kill()
-            except psutil.NoSuchProcess:
-                pass
+        terminate_then_kill(live, timeout_s)
         try:
             os.killpg(p.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        psutil.wait_procs(alive, timeout=2)
         try:
             p.wait(timeout=2)
         except subprocess.TimeoutExpired:

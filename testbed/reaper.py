@@ -73,18 +73,9 @@ def run_namespaces(run_dir: Path) -> list[str]:
 
 def _stop(procs: list[psutil.Process], grace_s: float) -> int:
     """SIGTERM ``procs``, SIGKILL what is left after ``grace_s``; return how many."""
-    for p in procs:
-        try:
-            p.send_signal(signal.SIGTERM)
-        except psutil.NoSuchProcess:
-            pass
-    _gone, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=grace_s)
+    from testbed.procs import terminate_then_kill
+
+    terminate_then_kill(procs, grace_s)
     return len(procs)
 
 

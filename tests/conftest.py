@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import psutil
 import pytest
+
+from testbed.reaper import processes_in
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,16 +19,4 @@ def root() -> Path:
 
 def processes_under(folder: Path) -> list[psutil.Process]:
     """Live processes whose FLWR_HOME or command line points inside ``folder``."""
-    folder = str(folder)
-    found = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        if p.pid == os.getpid():
-            continue
-        try:
-            cmd = " ".join(p.info["cmdline"] or [])
-            env = p.environ().get("FLWR_HOME", "")
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-        if folder in env or folder in cmd:
-            found.append(p)
-    return found
+    return processes_in(folder)  # what the run's watchdog looks for, too

@@ -146,7 +146,13 @@ class ClockedGrid:
         return kept
 
     def _identify(self, reply: Message) -> None:
-        _identify_event(self.tel, reply, self.names)
+        """A ``node_identified`` event for a reply the strategy never sees, so the control
+        plane can name the rows the strategy records under the node's Flower id."""
+        pid = int(_scalar(reply, "partition-id", -1))
+        if 0 <= pid < len(self.names):
+            self.tel.event(
+                "node_identified", node=self.names[pid], node_id=str(reply.metadata.src_node_id)
+            )
 
     def _time(self, reply: Message, down: dict[int, int], rnd: int | None) -> float | None:
         """Virtual time of one reply (None for an error reply: the engine's own)."""
@@ -161,14 +167,6 @@ class ClockedGrid:
         if rnd is not None:
             self.tel.metric("virtual_client_s", vt, rnd, name)
         return vt
-
-
-def _identify_event(tel: Telemetry, reply: Message, names: list[str]) -> None:
-    """A ``node_identified`` event for a reply the strategy never sees, so the control
-    plane can name the rows the strategy records under the node's Flower id."""
-    pid = int(_scalar(reply, "partition-id", -1))
-    if 0 <= pid < len(names):
-        tel.event("node_identified", node=names[pid], node_id=str(reply.metadata.src_node_id))
 
 
 def _round_of(messages: list[Message]) -> int | None:

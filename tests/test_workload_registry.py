@@ -117,7 +117,7 @@ def test_a_workload_from_a_test_module_runs_on_a_local_fleet(tmp_path: Path) -> 
         assert ms >= 2 * LATENCY_MS + 0.8 * transfer_ms
     down = {m.node: m.value for m in store.metrics(res.run_id, "link_bytes_down")}
     assert set(down) == {"edge-1", "edge-2"}
-    assert all((v or 0) >= PAYLOAD_KB * 1024 for v in down.values())
+    assert all((v or 0) >= PAYLOAD_KB * 1024 for v in down.values()), down
     # the run's workload is found from its record by the registry, as the controller does
     run = store.run(res.run_id)
     spec = yaml.safe_load((Path(run.artifact_dir or "") / "spec.resolved.yaml").read_text())

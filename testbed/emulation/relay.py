@@ -285,8 +285,10 @@ class Pipe:
                     return
                 self.queued -= len(data)
                 self.has_space.set()
-                self.dst.write(data)
+                # counted before the write: the peer may read the bytes (and a caller
+                # read the counters) before this thread runs again after the send
                 self.shaper.bytes[self.direction] += len(data)
+                self.dst.write(data)
                 await self.dst.drain()
         except (ConnectionError, OSError):
             self.conn.reset()

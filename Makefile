@@ -24,7 +24,7 @@ test: setup  ## unit tests + one real Flower fleet end to end (a few minutes on 
 	$(BIN)/python -m pytest -q -m "not slow"
 
 # runs of tests/test_orphans.py (issue 14 asks 50: ~14.5 min on 2 cores, measured; see docs/resume.md)
-ORPHAN_RUNS ?= 24
+ORPHAN_RUNS ?= 50
 
 test-e2e: setup  ## the long end-to-end checks: faults, teardown, concurrency, study, UI, orphans, resume
 	ORPHAN_RUNS=$(ORPHAN_RUNS) $(BIN)/python -m pytest -q -m slow

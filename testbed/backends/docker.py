@@ -201,15 +201,16 @@ class DockerBackend(LocalBackend):
         limits: dict[str, Any],
         ro: tuple[str, ...] = (),
         network: str = "host",
+        gated: bool = False,
     ) -> Container:
         """Start a container for node ``name`` running ``cmd`` (output to its log), the
         run folder mounted and the folders ``ro`` too (read-only), each at its own path.
-        With ``network="none"`` (its own namespace: netem links) ``cmd`` waits for the
-        node's gate file, which the runner writes once the link is plumbed into it."""
+        ``network="none"`` gives it a namespace of its own (netem links); ``gated``:
+        ``cmd`` waits for the node's gate file, written once its link is plumbed in."""
         log = self.run_dir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         shell = f"exec {shlex.join(cmd)} >> {shlex.quote(str(log))} 2>&1"
-        if network == "none":
+        if gated:
             gate = shlex.quote(str(net_gate(self.run_dir, name)))
             shell = f"while [ ! -e {gate} ]; do sleep 0.05; done; {shell}"
         mount = str(self.run_dir)
@@ -351,7 +352,8 @@ class DockerBackend(LocalBackend):
         cmd += ["--port", str(port), "--node-config", json.dumps(config)]
         cmd += ["--ready-file", str(self._ready_file(name))] if self.warm else ["--cold"]
         self._cmds[name], self.node_ports[name] = cmd, port
-        self._run(name, cmd, self._limits(node), network="none" if netem else "host")
+        net = "none" if netem else "host"
+        self._run(name, cmd, self._limits(node), network=net, gated=netem)
         self._plumb(name)
         return port, self.proc(name)
 

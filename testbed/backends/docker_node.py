@@ -193,6 +193,8 @@ class DockerNode:
         now = self._throttling()
         applied = self.update_limits(cpus=base)
         out: dict[str, Any] = {"cpus": base, "applied": applied["cpus"]}
+        if now.get("periods", 0) < before.get("periods", 0):
+            before = {}  # the container was started again meanwhile: its counters restarted
         for key in ("periods", "throttled_periods"):
             out[key] = now.get(key, 0) - before.get(key, 0)
         out["throttled_s"] = (now.get("throttled_time", 0) - before.get("throttled_time", 0)) / 1e9

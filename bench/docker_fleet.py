@@ -12,8 +12,9 @@ Needs an engine at DOCKER_HOST holding the image (``make test-docker`` builds bo
   container's memory in ``docker stats``).
 
 - ``fleet N``: the largest-fleet probe: one FL round (warm executors, shaping proxies)
-  with N client containers; the round's status per node, wall time and memory per
-  container (``docker stats``).
+  with N client containers; the round's status per node, the fleet's start time
+  against its start-up budget (``start_timeout_s``), wall time, memory per container
+  (``docker stats``) and the host's available memory.
 
     python bench/docker_fleet.py start 4 16 32
     python bench/docker_fleet.py rounds [--spec experiments/quickstart.yaml]
@@ -37,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from testbed.backends.docker import DockerBackend, connect, remove_containers  # noqa: E402
+from testbed.backends.docker_net import start_timeout_s  # noqa: E402
 from testbed.planner import make_plan  # noqa: E402
 from testbed.runner import run_experiment  # noqa: E402
 from testbed.spec.loader import load_spec, parse_spec  # noqa: E402
@@ -58,6 +60,14 @@ def load() -> str:
     """The machine's load average (1, 5, 15 min) and CPU count, as a label."""
     one, five, fifteen = os.getloadavg()
     return f"load {one:.1f}/{five:.1f}/{fifteen:.1f} on {os.cpu_count()} CPUs"
+
+
+def available_mb() -> float:
+    """The host's available memory (``MemAvailable``), MB."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def fleet_start(n: int, work: Path) -> tuple[float, float]:
@@ -142,7 +152,11 @@ def cmd_fleet(sizes: list[int]) -> None:
     """One round with each fleet size: how many nodes completed it, wall, memory."""
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
-            print(f"[{load()}] one round with {n} node containers ...", flush=True)
+            print(
+                f"[{load()}] one round with {n} node containers "
+                f"({available_mb():.0f} MB available) ...",
+                flush=True,
+            )
             store = RunStore(Path(tmp) / f"fleet-{n}")
             t0 = time.monotonic()
             try:
@@ -152,14 +166,18 @@ def cmd_fleet(sizes: list[int]) -> None:
                 print(f"  {n} node containers: failed ({e})  [{load()}]", flush=True)
                 continue
             wall = time.monotonic() - t0
+            ts = {e.kind: e.ts for e in store.events(res.run_id)}
+            up = ts["fleet_ready"] - ts["fleet_starting"] if "fleet_ready" in ts else None
+            started = f"fleet up in {up:.1f} s" if up is not None else "fleet never ready"
             st = [s for _r, _n, s, _w in store.round_status(res.run_id)]
             peak = [v or 0 for _r, nd, _k, v, _t in store.metrics(res.run_id, "peak_rss_mb")
                     if nd != "cloud"]  # fmt: skip
             mem = f"{min(peak):.0f}-{max(peak):.0f} MB" if peak else "?"
             print(
                 f"  {n} node containers: run {res.status}, round 1 completed by "
-                f"{st.count('completed')}/{n}, wall {wall:.1f} s, memory per node container "
-                f"{mem} (docker stats)  [{load()}]",
+                f"{st.count('completed')}/{n}, {started} (budget "
+                f"{start_timeout_s(n):.0f} s), wall {wall:.1f} s, memory per node container "
+                f"{mem} (docker stats), {available_mb():.0f} MB available after  [{load()}]",
                 flush=True,
             )
 

@@ -38,6 +38,12 @@ from requests import RequestException
 from nodes.agent import FLOWER_ENV
 from testbed.backends import register_backend
 from testbed.backends.base import NodeResources
+from testbed.backends.docker_net import (
+    choose_link_mode,
+    container_links,
+    net_gate,
+    start_timeout_s,
+)
 from testbed.backends.docker_node import (
     PERIOD_US,
     ContainerProcess,
@@ -48,8 +54,10 @@ from testbed.backends.docker_node import (
     memory_mb_of,
 )
 from testbed.backends.local import LocalBackend
+from testbed.emulation.container_net import ContainerNetemLink, attach_netns
 from testbed.planner import Plan, PlannedNode
 from testbed.procs import free_port, wait_port
+from testbed.reaper import write_fleet_file
 from testbed.spec.models import Experiment
 
 if TYPE_CHECKING:
@@ -111,15 +119,6 @@ def check_image(client: docker.DockerClient, image: str) -> None:
         ) from None
 
 
-def check_links(exp: Experiment) -> None:
-    """ValueError when the experiment's links need what this backend cannot do yet."""
-    if exp.links.mode == "netem":
-        raise ValueError(
-            "links.mode: netem is not available with --backend docker (kernel shaping "
-            "in the containers' own namespaces is not implemented yet); use proxy or none"
-        )
-
-
 def _ended(state: dict[str, Any]) -> str | None:
     """``oom`` / ``exited <code>`` for a container state that has ended, else None."""
     if state.get("Status") != "exited":
@@ -176,12 +175,15 @@ class DockerBackend(LocalBackend):
         self._cpu_pcts: dict[str, list[float]] = {}  # every CPU sample of each container
         self._sigterm: Any = None  # the SIGTERM handler before start (restored by stop)
         self.downed: set[str] = set()  # nodes a fault killed or stopped (not dead by itself)
+        self.link_mode: str = plan.experiment.links.mode  # in force (netem may fall back)
+        self.link_note: str | None = None  # why netem fell back to proxy
+        self.base_cpus: dict[str, float] = {}  # the profile's CPU quota of each container
+        self.throttled: dict[str, dict[str, int]] = {}  # straggler: CFS counters at start
 
     @staticmethod
     def preflight(experiments: list[Experiment]) -> None:
         """Check before anything is recorded (see :func:`preflight`)."""
-        for exp in experiments:
-            check_links(exp)
+        del experiments  # (every links.mode runs: netem falls back to proxy, saying why)
         check_image(connect(), image_name())
 
     # -- containers ---------------------------------------------------------------------
@@ -193,23 +195,36 @@ class DockerBackend(LocalBackend):
         return env
 
     def _run(
-        self, name: str, cmd: list[str], limits: dict[str, Any], ro: tuple[str, ...] = ()
+        self,
+        name: str,
+        cmd: list[str],
+        limits: dict[str, Any],
+        ro: tuple[str, ...] = (),
+        network: str = "host",
+        gated: bool = False,
     ) -> Container:
         """Start a container for node ``name`` running ``cmd`` (output to its log), the
-        run folder mounted and the folders ``ro`` too (read-only), each at its own path."""
+        run folder mounted and the folders ``ro`` too (read-only), each at its own path.
+        ``network="none"`` gives it a namespace of its own (netem links); ``gated``:
+        ``cmd`` waits for the node's gate file, written once its link is plumbed in."""
         log = self.run_dir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         shell = f"exec {shlex.join(cmd)} >> {shlex.quote(str(log))} 2>&1"
+        if gated:
+            gate = shlex.quote(str(net_gate(self.run_dir, name)))
+            shell = f"while [ ! -e {gate} ]; do sleep 0.05; done; {shell}"
         mount = str(self.run_dir)
         volumes = {d: {"bind": d, "mode": "ro"} for d in ro}
         volumes[mount] = {"bind": mount, "mode": "rw"}
+        if "cpu_quota" in limits:
+            self.base_cpus[name] = limits["cpu_quota"] / limits["cpu_period"]
         container: Container = self.client.containers.run(
             self.image,
             ["sh", "-c", shell],
             name=f"tb-{self.run_label}-{name}"[:120],
             detach=True,
             init=True,
-            network_mode="host",
+            network_mode=network,
             labels={RUN_LABEL: self.run_label, NODE_LABEL: name},
             volumes=volumes,
             environment=self._env(name),
@@ -230,26 +245,66 @@ class DockerBackend(LocalBackend):
     # -- fleet lifecycle ----------------------------------------------------------------
     def start(self, timeout_s: float = 120.0) -> None:
         """Start the SuperLink container, the links, then every SuperNode container;
-        return when all listen (and, warm, have imported their stack)."""
-        check_links(self.plan.experiment)
+        return when all listen (and, warm, have imported their stack).
+
+        ``timeout_s`` grows with the fleet (:func:`start_timeout_s`): the containers
+        start at once and import their stack on the host's CPUs together.
+        """
+        timeout_s = max(timeout_s, start_timeout_s(len(self.plan.clients)))
         check_image(self.client, self.image)
         self._catch_sigterm()
+        write_fleet_file(self.run_dir, self._run_tag)  # (the reaper finds the namespaces)
+        self.link_mode, self.link_note = choose_link_mode(self.plan.experiment.links.mode)
+        netem = self.link_mode == "netem"
         server = self.plan.server
         port = free_port()
         db = self.run_dir / "nodes" / server.name / "superlink.db"
         db.parent.mkdir(parents=True, exist_ok=True)
-        cmd = ["testbed", "node", "superlink", "--port", str(port), "--host", "127.0.0.1"]
-        self._run(server.name, [*cmd, "--database", str(db)], {})
-        wait_port(port, timeout_s, self.proc(server.name))  # type: ignore[arg-type]
+        host = "0.0.0.0" if netem else "127.0.0.1"
+        cmd = ["testbed", "node", "superlink", "--port", str(port), "--host", host]
+        net = "none" if netem else "host"
+        self._run(server.name, [*cmd, "--database", str(db)], {}, network=net)
+        if netem:  # the SuperLink container's namespace is the links' server side
+            self.netns = f"ct-{self._run_tag}-srv"
+            attach_netns(self.netns, self._pid(server.name))
+            self._server_prefix = ["ip", "netns", "exec", self.netns]
+        wait_port(port, timeout_s, self.proc(server.name), netns=self.netns)  # type: ignore[arg-type]
         self.superlink_port = port
-        if self.plan.experiment.links.mode == "proxy":
+        if self.link_mode == "proxy":
             self._start_links("proxy")
+        elif netem:
+            self._links.update(container_links(self.plan, self._run_tag, self.netns or ""))
         for node in self.plan.clients:
             self.start_node(node.name)
         self._watcher.start()
         deadline = time.monotonic() + timeout_s
         for node in self.plan.clients:
             self._wait_node(node.name, deadline)
+
+    def fleet_info(self) -> dict[str, Any]:
+        """What the fleet chose at start, for the ``fleet_ready`` event: ``links_mode``
+        (the links in force) and ``links_fallback`` (why netem fell back to proxy)."""
+        out: dict[str, Any] = {"links_mode": self.link_mode}
+        if self.link_note:
+            out["links_fallback"] = self.link_note
+        return out
+
+    def _pid(self, name: str) -> int:
+        """The host PID of node ``name``'s container (RuntimeError if it is not running)."""
+        c = self.containers[name]
+        c.reload()
+        pid = int(c.attrs["State"].get("Pid") or 0)
+        if pid <= 0:
+            raise RuntimeError(f"node {name}: container not running ({self.exit_reason(name)})")
+        return pid
+
+    def _plumb(self, name: str) -> None:
+        """Move node ``name``'s netem link into its container's namespace, then open the
+        gate its command waits on."""
+        link = self._links.get(name)
+        if isinstance(link, ContainerNetemLink):
+            link.attach(self._pid(name))
+            net_gate(self.run_dir, name).touch()
 
     def _catch_sigterm(self) -> None:
         """SIGTERM (``docker stop`` of a runner in a container, ``compose down``) raises
@@ -267,7 +322,7 @@ class DockerBackend(LocalBackend):
         """Wait for node ``name``'s port (and ready file, warm) or fail naming its log."""
         remaining = max(1.0, deadline - time.monotonic())
         try:
-            wait_port(self.node_ports[name], remaining, self.proc(name))  # type: ignore[arg-type]
+            wait_port(self.node_ports[name], remaining, self.proc(name), netns=self._ns(name))  # type: ignore[arg-type]
         except RuntimeError as e:
             raise RuntimeError(f"node {name}: {e} ({self.exit_reason(name)})") from None
         while self.warm and not self._ready_file(name).exists():
@@ -283,8 +338,11 @@ class DockerBackend(LocalBackend):
         name) after a crash or stop."""
         known = self.containers.get(name)
         self.downed.discard(name)
+        netem = isinstance(self._links.get(name), ContainerNetemLink)
         if known is not None:
-            known.start()
+            net_gate(self.run_dir, name).unlink(missing_ok=True)
+            known.start()  # (a new network namespace: the link is plumbed again)
+            self._plumb(name)
             return self.node_ports[name], self.proc(name)
         node = next(n for n in self.plan.clients if n.name == name)
         port = free_port()
@@ -294,8 +352,15 @@ class DockerBackend(LocalBackend):
         cmd += ["--port", str(port), "--node-config", json.dumps(config)]
         cmd += ["--ready-file", str(self._ready_file(name))] if self.warm else ["--cold"]
         self._cmds[name], self.node_ports[name] = cmd, port
-        self._run(name, cmd, self._limits(node))
+        net = "none" if netem else "host"
+        self._run(name, cmd, self._limits(node), network=net, gated=netem)
+        self._plumb(name)
         return port, self.proc(name)
+
+    def _ns(self, name: str) -> str | None:
+        """The network namespace node ``name`` listens in (None: the host's)."""
+        link = self._links.get(name)
+        return link.client_netns if isinstance(link, ContainerNetemLink) else None
 
     def start_services(
         self, commands: Mapping[str, list[str]], ports: Mapping[str, int], timeout_s: float = 60.0

@@ -168,6 +168,48 @@ class DockerNode:
             self.container.update(**kw)
         return applied
 
+    def throttle(self, factor: float) -> dict[str, Any]:
+        """Straggler: cut the container's CPU quota to its profile's cores / ``factor``
+        live (``docker update``); return the quotas (before, now) and the engine's
+        throttling counters at this instant (kept for :meth:`unthrottle`)."""
+        if factor <= 0:
+            raise ValueError(f"factor must be > 0, got {factor}")
+        base = self.backend.base_cpus.get(self.name, 1.0)
+        applied = self.update_limits(cpus=base / factor)
+        self.backend.throttled[self.name] = self._throttling()
+        return {
+            "factor": factor,
+            "cpus_before": base,
+            "cpus": round(base / factor, 4),
+            "applied": applied["cpus"],
+        }
+
+    def unthrottle(self) -> dict[str, Any]:
+        """Give the container its profile's CPU quota back; return what was applied and
+        the throttling the engine counted since :meth:`throttle` (``throttled_periods``
+        of ``periods``, ``throttled_s``)."""
+        base = self.backend.base_cpus.get(self.name, 1.0)
+        before = self.backend.throttled.pop(self.name, {})
+        now = self._throttling()
+        applied = self.update_limits(cpus=base)
+        out: dict[str, Any] = {"cpus": base, "applied": applied["cpus"]}
+        if now.get("periods", 0) < before.get("periods", 0):
+            before = {}  # the container was started again meanwhile: its counters restarted
+        for key in ("periods", "throttled_periods"):
+            out[key] = now.get(key, 0) - before.get(key, 0)
+        out["throttled_s"] = (now.get("throttled_time", 0) - before.get("throttled_time", 0)) / 1e9
+        return out
+
+    def _throttling(self) -> dict[str, int]:
+        """The container's CFS counters from the engine's stats (``periods``,
+        ``throttled_periods``, ``throttled_time`` ns); empty if it is not running."""
+        try:
+            stats: Any = self.container.stats(stream=False)
+        except (NotFound, APIError):
+            return {}
+        data = ((stats or {}).get("cpu_stats") or {}).get("throttling_data") or {}
+        return {k: int(v) for k, v in data.items()}
+
     def set_control(self, control: NodeControl) -> None:
         """Write the node's live fault controls (a file in the run folder, which the
         container sees at the same path)."""

@@ -15,6 +15,7 @@ from nodes.device_control import NodeControl
 from testbed.faults.base import FaultContext, FaultKind, FaultParams, register_fault
 
 DOWN_EFFECTS = ("node_down", "node_restarted", "node_rejoined")
+RESTORE_POLL_S = 1.0  # how often a throttled straggler checks whether its rounds are over
 
 
 class NoParams(FaultParams):
@@ -117,19 +118,46 @@ class Flapping(Outage):
 
 @register_fault("straggler")
 class Straggler(FaultKind):
-    """The node's compute takes ``factor`` times longer for ``rounds`` rounds."""
+    """The node's compute takes ``factor`` times longer for ``rounds`` rounds.
+
+    Everywhere: the node's control file stretches its measured compute by ``factor``
+    (``device_time_s``). On a backend whose node handle can ``throttle`` (docker), the
+    container's CPU quota is also cut to its cores / ``factor`` live (``docker update``:
+    real CFS throttling, ``cpu_throttled`` event) and given back after the last
+    affected round (``cpu_restored``, with the throttled periods and time the engine
+    counted meanwhile).
+    """
 
     Params = StragglerParams
     label = "straggler (node computes slower)"
     marker = "triangle-down"
-    effects = ("straggler_set",)
+    effects = ("straggler_set", "cpu_throttled", "cpu_restored")
 
     def apply(self, ctx: FaultContext, name: str | None) -> None:
         assert name is not None
         until = until_round(ctx, self.spec.phase, self.params.rounds)
         control = NodeControl(slowdown=self.params.factor, until_round=until)
-        ctx.backend.node(name).set_control(control)
+        handle = ctx.backend.node(name)
+        handle.set_control(control)
         ctx.event("straggler_set", name, factor=self.params.factor, until_round=until)
+        throttle = getattr(handle, "throttle", None)
+        if callable(throttle):  # docker: a real CPU quota throttle of the container too
+            ctx.event("cpu_throttled", name, until_round=until, **throttle(self.params.factor))
+            if until is not None:
+                self._restore_after(ctx, handle, name, until)
+
+    @staticmethod
+    def _restore_after(ctx: FaultContext, handle: Any, name: str, until: int) -> None:
+        """Give the container its CPU quota back once round ``until`` is over
+        (``cpu_restored`` with the throttling the engine saw meanwhile)."""
+
+        def check() -> None:
+            if ctx.round > until:
+                ctx.event("cpu_restored", name, **handle.unthrottle())
+            else:
+                ctx.later(RESTORE_POLL_S, check)
+
+        ctx.later(RESTORE_POLL_S, check)
 
 
 @register_fault("misconfig")

@@ -105,7 +105,10 @@ class FlRun:
         ctx, store, plan = self.ctx, self.ctx.store, self.ctx.plan
         store.add_event(ctx.run_id, "fleet_starting", nodes=[n.name for n in plan.nodes])
         self.backend.start()
-        store.add_event(ctx.run_id, "fleet_ready", superlink_port=self.backend.superlink_port)
+        info: dict[str, Any] = getattr(self.backend, "fleet_info", dict)()  # docker: links
+        store.add_event(
+            ctx.run_id, "fleet_ready", superlink_port=self.backend.superlink_port, **info
+        )
         for name, lim in self.backend.node_limits().items():
             store.add_event(ctx.run_id, "node_limits", node=name, **lim)
         self.chaos = ChaosEngine(plan, self.backend, store, ctx.run_id, plan.seed)

@@ -1,6 +1,7 @@
 """The docker backend's parts that need no engine: profile -> container limits, the
-stats arithmetic, and the CLI's refusal (exit 2, nothing recorded) when no engine
-answers or the links need what the backend cannot do."""
+stats arithmetic, the CLI's refusal (exit 2, nothing recorded) when no engine answers,
+netem's fallback to the proxy where containers cannot be shaped, and the start-up
+budget that grows with the fleet."""
 
 from __future__ import annotations
 
@@ -11,6 +12,14 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
+from testbed.backends.docker_net import (
+    START_BASE_S,
+    START_PER_NODE_S,
+    choose_link_mode,
+    start_timeout_s,
+)
 from testbed.backends.docker_node import PERIOD_US, container_limits, memory_mb_of
 from testbed.planner import make_plan
 from testbed.spec.loader import parse_spec
@@ -79,13 +88,21 @@ def test_no_engine_is_one_clear_error_and_nothing_recorded(tmp_path: Path, root:
     assert not out.exists()  # no store, no run folder
 
 
-def test_netem_links_are_refused_before_anything_starts(tmp_path: Path, root: Path) -> None:
-    spec = tmp_path / "netem.yaml"
-    spec.write_text(SPEC.replace("workload:", "links: {mode: netem}\nworkload:"))
-    env = dict(os.environ, DOCKER_HOST=f"unix://{tmp_path}/no-engine.sock", COLUMNS="300")
-    r = _cli(["run", str(spec), "--backend", "docker", "--out", str(tmp_path / "o")], env, root)
-    assert r.returncode == 2 and "links.mode: netem" in r.stderr, r.stderr
-    assert not (tmp_path / "o").exists()
+def test_netem_falls_back_to_the_proxy_saying_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "tcp://10.9.9.9:2375")  # an engine on another host
+    mode, why = choose_link_mode("netem")
+    assert mode == "proxy" and why is not None
+    assert "links.mode: netem" in why and "DOCKER_HOST=tcp://10.9.9.9:2375" in why
+    assert choose_link_mode("proxy") == ("proxy", None)
+    assert choose_link_mode("none") == ("none", None)
+
+
+def test_start_timeout_grows_with_the_fleet() -> None:
+    # 32 warm node containers took > 120 s to start on 2 CPUs (docs/benchmarks.md)
+    assert start_timeout_s(4, cpus=2) == START_BASE_S + 4 * START_PER_NODE_S
+    assert start_timeout_s(32, cpus=2) > 240
+    assert start_timeout_s(32, cpus=8) < start_timeout_s(32, cpus=2)
+    assert start_timeout_s(32, cpus=64) == START_BASE_S + 32 * START_PER_NODE_S / 4
 
 
 def test_an_ended_container_is_oom_or_its_exit_code() -> None:

@@ -42,7 +42,9 @@ longer has a patched wait (function gone, or its hard-coded value changed),
 
 from __future__ import annotations
 
+import functools
 import importlib
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -93,6 +95,12 @@ WAITS: dict[str, tuple[Wait, ...]] = {
     SUPERNODE: (
         Wait("flwr.supernode.start_client_internal", "start_client_internal", 3.0, 0.1),
         Wait("flwr.supernode.start_client_internal", "_push_messages", 0.5, 0.02),
+        Wait(
+            "flwr.supernode.start_client_internal",
+            "_push_messages.<locals>.yield_object_contents",
+            0.5,
+            0.02,
+        ),
     ),
     SERVERAPP: (Wait("flwr.superlink.grid.http_grid", "HttpGrid.send_and_receive", 3.0, 0.1),),
     CLIENTAPP: (),  # the object-pull back-off only
@@ -131,9 +139,13 @@ class TimeShim:
 def _code(module: ModuleType, qualname: str) -> CodeType:
     """Code object of ``qualname`` in ``module`` (RuntimeError if Flower lacks it)."""
     obj: Any = module
-    for part in qualname.split("."):
+    outer, _, inner = qualname.partition(".<locals>.")  # a function nested in another
+    for part in outer.split("."):
         obj = getattr(obj, part, None)
     code = getattr(obj, "__code__", None)
+    if isinstance(code, CodeType) and inner:
+        nested = [c for c in code.co_consts if isinstance(c, CodeType) and c.co_name == inner]
+        code = nested[0] if len(nested) == 1 else None
     if not isinstance(code, CodeType):
         raise RuntimeError(f"protocol_timing fast: {module.__name__}.{qualname} not found")
     return code
@@ -205,6 +217,41 @@ def install(component: str) -> dict[str, TimeShim]:
     return shims
 
 
+#: Flower function a SuperNode calls once a pulled message is stored with all its
+#: objects and its ClientApp task created (it then waits there for the reply).
+TASK_READY = ("flwr.supernode.start_client_internal", "_push_messages")
+
+
+def notify_task_ready(fd: int) -> None:
+    """Write a byte to ``fd`` whenever this SuperNode has a task ready (``fast`` mode).
+
+    Wraps :data:`TASK_READY` in this process: the byte is written, then Flower's own
+    function runs with the same arguments. The node's warm executor waits on the other
+    end of the pipe instead of polling the Runtime API every few milliseconds (each
+    poll is an HTTP request: on 2 cores, dozens of them a second slow every transfer of
+    the round), and it acquires the task only once its objects are all stored, so its
+    own object pulls never miss. ``fd`` should be non-blocking: a full pipe (an
+    executor that stopped reading) drops the byte and Flower carries on.
+    """
+    module = importlib.import_module(TASK_READY[0])
+    original = getattr(module, TASK_READY[1], None)
+    if original is None:
+        raise RuntimeError(f"protocol_timing fast: {'.'.join(TASK_READY)} not found")
+    if getattr(original, "_testbed_notify_fd", None) is not None:
+        return
+
+    @functools.wraps(original)
+    def task_ready(*args: Any, **kwargs: Any) -> Any:
+        try:
+            os.write(fd, b"!")
+        except OSError:  # (BlockingIOError: a full pipe; the executor polls anyway)
+            pass
+        return original(*args, **kwargs)
+
+    task_ready._testbed_notify_fd = fd  # type: ignore[attr-defined]
+    setattr(module, TASK_READY[1], task_ready)
+
+
 def uninstall(component: str) -> None:
     """Give ``component``'s Flower modules their ``time`` module and back-off back."""
     _set_backoff(False)
@@ -232,21 +279,24 @@ def executor_poll_s(protocol_timing: str) -> float:
 
     ``flower``: 0.2 s, as before this setting existed (Flower's own SuperExec waits
     1 s, but the warm executor replaces it, and its per-message process start, anyway);
-    ``fast``: 0.05 s.
+    ``fast``: 3 s, a fallback only: the SuperNode wakes its executor as soon as a task
+    is ready (:func:`notify_task_ready`). (A poll finds a task as soon as Flower creates
+    it, before its objects are pulled: frequent polls would race the SuperNode's pull.)
     """
-    return 0.05 if protocol_timing == "fast" else 0.2
+    return 3.0 if protocol_timing == "fast" else 0.2
 
 
 #: Flower console scripts the shim can start -> the component whose waits change.
 SCRIPTS = {"flower-supernode": SUPERNODE}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, notify_fd: int | None = None) -> int:
     """``python -m nodes.fl.timing MODE SCRIPT ARGS...``: run a Flower console script.
 
     ``MODE`` is ``flower`` or ``fast``; ``SCRIPT`` one of :data:`SCRIPTS`. The script's
     own entry point (from Flower's package metadata) runs with ``sys.argv`` set as if
-    it had been started directly.
+    it had been started directly. ``notify_fd`` (a SuperNode in ``fast`` mode, called
+    in-process by the node agent): see :func:`notify_task_ready`.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) < 2 or args[0] not in PROTOCOL_TIMINGS or args[1] not in SCRIPTS:
@@ -259,6 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode, script, rest = args[0], args[1], args[2:]
     if mode == "fast":
         install(SCRIPTS[script])
+        if notify_fd is not None:
+            notify_task_ready(notify_fd)
     (entry,) = entry_points(group="console_scripts", name=script)
     sys.argv = [script, *rest]
     result = entry.load()()

@@ -25,6 +25,7 @@ from nodes.device_control import NodeControl
 from testbed.backends import register_backend
 from testbed.backends.base import NodeResources
 from testbed.backends.local_node import LocalNode, cpu_seconds, remove_node_cgroups
+from testbed.backends.zygote import Zygote
 from testbed.emulation.kinds import LINK_KINDS
 from testbed.emulation.link import Link
 from testbed.planner import Plan, PlannedNode
@@ -87,6 +88,7 @@ class LocalBackend:
         self._client_prefix: dict[str, list[str]] = {}
         self.paused: set[str] = set()  # nodes frozen by a pause fault
         self._cpu: dict[str, tuple[float, dict[int, float]]] = {}  # last CPU sample
+        self._zygote: Zygote | None = None  # forks the client nodes (warm, not netem)
 
     def _node_cmd(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "testbed", "node", *args]
@@ -103,6 +105,9 @@ class LocalBackend:
         if mode == "netem":  # the SuperLink lives in this run's own server namespace
             self.netns = self._make_netns()
             host, self._server_prefix = "0.0.0.0", ["ip", "netns", "exec", self.netns]
+        elif self.warm and self.plan.clients:  # imports the nodes' stack meanwhile
+            self._zygote = Zygote(self.run_dir, self._run_tag)
+            self._zygote.start(_env(self.run_dir), self.run_dir / "logs" / "zygote.log")
         self._start_superlink(host, timeout_s)
         if mode in LINK_KINDS:  # ("none": the nodes dial the SuperLink directly)
             self._start_links(mode)
@@ -260,13 +265,18 @@ class LocalBackend:
             ) + (["--ready-file", str(self._ready_file(name))] if self.warm else ["--cold"])
             self._cmds[name] += self._limit_args(node)
             self.node_ports[name] = port
-        p = self.procs.start(
-            name,
-            self._client_prefix.get(name, []) + self._cmds[name],
-            self.run_dir / "logs" / f"{name}.log",
-            env=_env(self.run_dir / "nodes" / name),
-        )
+        cmd = self._client_prefix.get(name, []) + self._cmds[name]
+        log, env = self.run_dir / "logs" / f"{name}.log", _env(self.run_dir / "nodes" / name)
+        p = self._fork(name, cmd, log, env) or self.procs.start(name, cmd, log, env=env)
         return self.node_ports[name], p
+
+    def _fork(self, name: str, cmd: list[str], log: Path, env: dict[str, str]) -> Popen | None:
+        """Node ``name`` forked by the zygote (a SuperNode command only); None: start it
+        plainly (no zygote, or it did not come up)."""
+        if self._zygote is None or cmd[:5] != self._node_cmd("supernode"):
+            return None
+        p = self._zygote.spawn(cmd, log, env)
+        return None if p is None else self.procs.adopt(name, p)
 
     def start_services(
         self, commands: Mapping[str, list[str]], ports: Mapping[str, int], timeout_s: float = 60.0
@@ -439,5 +449,7 @@ class LocalBackend:
             link.stop()
         for pid in pids:  # memory (and cpu) cgroups of the nodes
             remove_node_cgroups(pid)
+        if self._zygote is not None:
+            self._zygote.stop()
         if self.netns:
             subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)

@@ -59,6 +59,7 @@ class WarmExecutor:
         self.poll_interval_s = poll_interval_s
         self.on_task = on_task
         self.wake_fd = wake_fd
+        self._stop_r, self._stop_w = os.pipe()  # stop() ends a wait on wake_fd at once
         self.stop_event = threading.Event()
         self._apps: dict[str, ClientApp] = {}
         self.tasks_run = 0
@@ -122,8 +123,8 @@ class WarmExecutor:
         if self.wake_fd is None:
             self.stop_event.wait(self.poll_interval_s)
             return
-        ready, _, _ = select.select([self.wake_fd], [], [], self.poll_interval_s)
-        if ready:
+        ready, _, _ = select.select([self.wake_fd, self._stop_r], [], [], self.poll_interval_s)
+        if self.wake_fd in ready:
             try:
                 os.read(self.wake_fd, 4096)  # every pending wake-up: one poll serves them
             except BlockingIOError:
@@ -132,6 +133,10 @@ class WarmExecutor:
     def stop(self) -> None:
         """Ask :meth:`serve` to return after the current task."""
         self.stop_event.set()
+        try:
+            os.write(self._stop_w, b"!")
+        except OSError:  # (already closed)
+            pass
 
     def _load(self, run: Run, fab: Fab) -> ClientApp:
         """Install the FAB and load its ClientApp once per FAB hash."""

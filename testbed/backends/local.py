@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from testbed.space.schedule import SpaceModel
 
 APP_DIR = Path(__file__).resolve().parents[2] / "nodes" / "fl" / "app"
+SUPEREXEC_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"  # Flower's own setting, s
+FAST_SUPEREXEC_POLL_S = 0.1  # its value in ``fast`` protocol timing
 
 
 @runtime_checkable
@@ -132,7 +134,7 @@ class LocalBackend:
                 server.name,
                 self._server_prefix + cmd,
                 self.run_dir / "logs" / f"{server.name}.log",
-                env=_env(self.run_dir / "nodes" / server.name),
+                env=self._server_env(),
             )
             try:
                 wait_port(port, timeout_s, p, netns=self.netns)
@@ -142,6 +144,16 @@ class LocalBackend:
             self.superlink_port = port
             return
         raise RuntimeError("could not start the SuperLink (see logs)")
+
+    def _server_env(self) -> dict[str, str]:
+        """Environment of the server node: in ``fast`` protocol timing, Flower's SuperExec
+        checks for a submitted run every 0.1 s (its own setting,
+        ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``; Flower's default: 1 s)."""
+        env = _env(self.run_dir / "nodes" / self.plan.server.name)
+        fl = self.plan.experiment.workload.fl
+        if fl is not None and fl.protocol_timing == "fast":
+            env[SUPEREXEC_POLL_ENV] = str(FAST_SUPEREXEC_POLL_S)
+        return env
 
     def _wait_warm(self, timeout_s: float) -> None:
         """Wait until every client node's warm executor wrote its ready file."""

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 
 import flwr.supercore.inflatable.inflatable_utils as inflatable
@@ -252,3 +253,19 @@ def test_object_pull_backoff_flower_and_fast() -> None:
         uninstall(CLIENTAPP)
     fn = inflatable.pull_objects
     assert {k: fn.__kwdefaults__[k] for k in FLOWER_BACKOFF} == FLOWER_BACKOFF
+
+
+@pytest.mark.parametrize("mode", ["flower", "fast"])
+def test_the_server_node_superexec_polls_often_in_fast_mode(mode: str, tmp_path: Path) -> None:
+    """Flower's SuperExec checks for a submitted run every 1 s unless its own setting
+    says otherwise; fast mode sets it to 0.1 s, flower mode leaves Flower's default."""
+    from testbed.backends.local import SUPEREXEC_POLL_ENV, LocalBackend
+    from testbed.planner import make_plan
+    from testbed.spec.loader import parse_spec
+
+    spec = parse_spec(
+        "name: t\nfleet:\n  nodes:\n    - {id: cloud, tier: cloud}\n"
+        f"    - {{id: edge, tier: edge}}\nworkload:\n  fl: {{protocol_timing: {mode}}}\n"
+    )
+    env = LocalBackend(make_plan(spec), tmp_path)._server_env()
+    assert env.get(SUPEREXEC_POLL_ENV) == ("0.1" if mode == "fast" else None)

@@ -237,24 +237,35 @@ def apply_limits(memory_mb: int | None, cpus: list[int] | None) -> dict[str, str
     return applied
 
 
+_WARM: list[bool] = []  # [True] once this process (or the zygote it was forked from) warmed up
+
+
 def _prewarm(ready_file: str | None, limits: dict[str, str] | None = None) -> None:
-    """Import the ClientApp's stack once; then signal readiness through ``ready_file``."""
-    import numpy as np
-    import sklearn.datasets  # noqa: F401
+    """Import the ClientApp's stack once; then signal readiness through ``ready_file``.
+
+    A node forked from the local backend's zygote finds it done already (the zygote
+    warmed up before forking): it only signals readiness, writing none of the pages it
+    shares with the zygote.
+    """
     import torch
 
-    import nodes.fl.client_app  # noqa: F401  (flwr's ClientApp stack)
-    from nodes.data.datasets import Dataset
-    from nodes.fl import task
-    from nodes.fl.config import FLSpec
-    from nodes.models import build_model
-
     torch.set_num_threads(1)
-    # One tiny training step per optimizer: the first autograd pass and optimizer step
-    # initialise kernels and lazy imports (~1.5 s), which would otherwise hit round 1.
-    data = Dataset(np.zeros((4, 1, 8, 8), np.float32), np.zeros(4, np.int64), 10)
-    for opt in ("sgd", "adam"):
-        task.train(build_model("cnn", (1, 8, 8), 10), data, FLSpec(optimizer=opt), 0)
+    if not _WARM:
+        import numpy as np
+        import sklearn.datasets  # noqa: F401
+
+        import nodes.fl.client_app  # noqa: F401  (flwr's ClientApp stack)
+        from nodes.data.datasets import Dataset
+        from nodes.fl import task
+        from nodes.fl.config import FLSpec
+        from nodes.models import build_model
+
+        # One tiny training step per optimizer: the first autograd pass and optimizer step
+        # initialise kernels and lazy imports (~1.5 s), which would otherwise hit round 1.
+        data = Dataset(np.zeros((4, 1, 8, 8), np.float32), np.zeros(4, np.int64), 10)
+        for opt in ("sgd", "adam"):
+            task.train(build_model("cnn", (1, 8, 8), 10), data, FLSpec(optimizer=opt), 0)
+        _WARM.append(True)
 
     if ready_file:
         Path(ready_file).parent.mkdir(parents=True, exist_ok=True)

@@ -222,7 +222,7 @@ def _reap(exits: Path, nodes: set[int]) -> None:
 
 def serve(name: str, exits: Path, warm: bool = True) -> int:
     """Zygote main loop: warm up, then fork nodes until the backend's process is gone."""
-    parent = os.getppid()
+    parent, t0 = os.getppid(), time.monotonic()
     if warm:
         warm_up()
     gc.collect()
@@ -230,7 +230,11 @@ def serve(name: str, exits: Path, warm: bool = True) -> int:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind("\0" + name)
     listener.listen(128)
-    print(f"zygote {os.getpid()}: ready, {len(sys.modules)} modules imported", flush=True)
+    print(
+        f"zygote {os.getpid()}: ready after {time.monotonic() - t0:.2f} s, "
+        f"{len(sys.modules)} modules imported",
+        flush=True,
+    )
     stop: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, _frame: stop.append(signum))
     nodes: set[int] = set()

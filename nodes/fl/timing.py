@@ -6,7 +6,9 @@ nothing:
 * a SuperNode whose pull finds no message sleeps 3 s before pulling again
   (``flwr.supernode.start_client_internal.start_client_internal``);
 * a SuperNode waiting for its ClientApp's reply checks every 0.5 s
-  (``flwr.supernode.start_client_internal._push_messages``);
+  (``flwr.supernode.start_client_internal._push_messages``), and as often for each of
+  the reply's objects the ClientApp has not stored yet (``yield_object_contents``,
+  nested in it);
 * the ServerApp's grid polls the SuperLink for replies every 3 s
   (``flwr.superlink.grid.http_grid.HttpGrid.send_and_receive``);
 * whoever pulls a message's objects (SuperNode from the SuperLink, ClientApp from the
@@ -29,10 +31,20 @@ two pull functions' keyword defaults to :data:`FAST_BACKOFF` (0.02 s doubling up
 Flower's own 500 tries x 10 s do). The message protocol, its contents and every other
 setting stay Flower's; no Flower code is copied.
 
-Where it applies: the node agent starts a fast SuperNode as
-``python -m nodes.fl.timing fast flower-supernode ARGS`` (:func:`main`: install the
-shim, then run Flower's own console entry point with ``ARGS``) and installs the
-``clientapp`` part in its own process, where the warm executor runs ClientApp tasks;
+The node's warm executor is the testbed's (it stands for Flower's SuperExec): in
+``fast`` mode it does not poll the SuperNode for tasks every few milliseconds (each poll
+is an HTTP request, and on 2 cores dozens of them a second slow every object transfer
+of the round) but waits on a pipe that the SuperNode writes to when a task is ready
+(:func:`notify_task_ready`, wrapping :data:`TASK_READY`), with a 3 s poll as fallback.
+The server node's SuperExec polls for submitted runs every 0.1 s instead of 1 s
+(Flower's own ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``, set by the local backend).
+
+Where it applies: the node agent runs a SuperNode as :func:`main` (``MODE
+flower-supernode ARGS``: install the shim in ``fast`` mode, then run Flower's own
+console entry point with ``ARGS``) in a process it forks
+(:func:`nodes.agent.fork_supernode`; ``python -m nodes.fl.timing fast
+flower-supernode ARGS`` is the same as a command) and installs the ``clientapp`` part
+in its own process, where the warm executor runs ClientApp tasks;
 the testbed's ServerApp calls :func:`install` itself before its first round (the
 ServerApp runs inside Flower's ``flwr-serverapp`` process, started by Flower's
 SuperExec, so that is the first code of the testbed there). If a Flower release no

@@ -6,7 +6,7 @@ local backend. Printed per N: fleet start time (``fleet_starting`` -> ``fleet_re
 median round time, peak RSS and PSS per node (whole process tree, median over nodes),
 the peak of the nodes' summed PSS, the machine's memory in use (drop of MemAvailable),
 and whether all rounds completed. Before each N the expected memory (N x the PSS per
-node measured so far, or 750 MB before any measurement) is compared with MemAvailable;
+node measured so far, or 250 MB before any measurement) is compared with MemAvailable;
 an N that cannot fit is skipped (reported, not started), so the machine is never driven
 out of memory. The largest N that completed every round is printed at the end.
 
@@ -32,7 +32,7 @@ from testbed.runner import run_experiment  # noqa: E402
 from testbed.spec.loader import parse_spec  # noqa: E402
 from testbed.store import RunStore  # noqa: E402
 
-FIRST_GUESS_MB = 750.0  # per node before anything was measured (issue 15: ~705 MB RSS)
+FIRST_GUESS_MB = 250.0  # PSS per node before a measurement (nodes forked by the zygote)
 HEADROOM_MB = 2048.0  # left to the system and the SuperLink
 
 

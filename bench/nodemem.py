@@ -8,6 +8,7 @@ node's processes (node agent, SuperNode, its executors / ClientApps).
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Callable
@@ -46,16 +47,32 @@ def tree_mb(root: int) -> tuple[float, float]:
 
 
 def testbed_nodes(under: Path) -> dict[str, int]:
-    """Node name -> agent pid of warm client nodes whose ready file is ``under`` a dir."""
+    """Node name -> agent pid of warm client nodes whose ready file is ``under`` a dir.
+
+    The agent writes its pid in its ready file (``<run>/nodes/<name>/ready``): this
+    finds nodes started plainly and nodes forked by the local backend's zygote (whose
+    command line is the zygote's) alike.
+    """
     out: dict[str, int] = {}
+    for ready in under.glob("**/nodes/*/ready"):
+        m = READY.search(str(ready))
+        try:
+            pid = int(json.loads(ready.read_text())["pid"])
+        except (OSError, ValueError, KeyError):
+            continue
+        if m and psutil.pid_exists(pid):
+            out[m.group(1)] = pid
+    return out
+
+
+def zygotes(under: Path) -> list[int]:
+    """Pids of the local backend's fork servers of runs ``under`` a dir (their memory is
+    shared by the nodes they forked: report it beside the nodes' own)."""
+    out = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         cmd = p.info["cmdline"] or []
-        if "supernode" not in cmd or "--ready-file" not in cmd:
-            continue
-        ready = cmd[cmd.index("--ready-file") + 1]
-        m = READY.search(ready)
-        if m and ready.startswith(str(under)):
-            out[m.group(1)] = p.info["pid"]
+        if "testbed.backends.zygote" in cmd and any(c.startswith(str(under)) for c in cmd):
+            out.append(p.info["pid"])
     return out
 
 
@@ -75,6 +92,8 @@ class PeakSampler:
         self.rss: dict[str, float] = {}
         self.pss: dict[str, float] = {}
         self.total_pss = 0.0  # peak of the sum over nodes, MB
+        self.shared_pss = 0.0  # peak PSS of the processes in ``shared`` (zygotes), MB
+        self.shared: Callable[[], list[int]] = list  # pids whose memory the nodes share
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -87,6 +106,8 @@ class PeakSampler:
                 self.pss[name] = max(self.pss.get(name, 0.0), pss)
                 total += pss
             self.total_pss = max(self.total_pss, total)
+            shared = sum(rollup_mb(pid)[1] for pid in self.shared())
+            self.shared_pss = max(self.shared_pss, shared)
 
     def __enter__(self) -> PeakSampler:
         self._thread.start()

@@ -31,7 +31,7 @@ import tomli_w
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.nodemem import PeakSampler, testbed_nodes  # noqa: E402
+from bench.nodemem import PeakSampler, testbed_nodes, zygotes  # noqa: E402
 from nodes.agent import flower_bin, superlink_command, supernode_command  # noqa: E402
 from testbed.backends.local import APP_DIR, _env  # noqa: E402
 from testbed.planner import make_plan  # noqa: E402
@@ -115,7 +115,9 @@ def testbed_run(exp: Any, work: Path) -> dict[str, Any]:
     """One ``run_experiment`` on the local backend; return measurements."""
     store = RunStore(work / "runs")
     t0 = time.time()
-    with PeakSampler(lambda: testbed_nodes(work)) as mem:
+    sampler = PeakSampler(lambda: testbed_nodes(work))
+    sampler.shared = lambda: zygotes(work)
+    with sampler as mem:
         res = run_experiment(exp, store, spec_path="bench")
     wall = time.time() - t0
 
@@ -129,6 +131,7 @@ def testbed_run(exp: Any, work: Path) -> dict[str, Any]:
         "final_acc": res.summary.get("final_global_acc"),
         "rss": mem.rss,
         "pss": mem.pss,
+        "zygote_pss": mem.shared_pss,
         "status": res.status,
     }
 
@@ -140,6 +143,11 @@ def _median(xs: list[float]) -> float:
 def _pss(col: dict[str, Any]) -> float:
     """Median over nodes of the peak PSS per node, MB."""
     return _median(list(col["pss"].values()))
+
+
+def _pss_amortized(col: dict[str, Any]) -> float:
+    """Median peak PSS per node plus the zygote's PSS shared out over the nodes, MB."""
+    return _pss(col) + col.get("zygote_pss", 0.0) / max(1, len(col["pss"]))
 
 
 def report(names: list[str], cols: dict[str, dict[str, Any]]) -> None:
@@ -159,6 +167,8 @@ def report(names: list[str], cols: dict[str, dict[str, Any]]) -> None:
         row(f"peak RSS MB {name}", "16.0f", lambda c, n=name: c["rss"].get(n, 0))
         row(f"peak PSS MB {name}", "16.0f", lambda c, n=name: c["pss"].get(n, 0))
     row("median peak PSS MB per node", "16.0f", _pss)
+    row("zygote PSS MB (shared)", "16.0f", lambda c: c.get("zygote_pss", 0.0))
+    row("PSS per node + zygote/N", "16.0f", _pss_amortized)
     bare = cols["bare Flower"]
     for key, col in cols.items():
         if key == "bare Flower":
@@ -166,7 +176,7 @@ def report(names: list[str], cols: dict[str, dict[str, Any]]) -> None:
         print(
             f"{key}/bare: median round {_median(col['round_s']) / _median(bare['round_s']):.3f}"
             f", wall {col['wall_s'] / bare['wall_s']:.3f}"
-            f", PSS per node {_pss(col) / _pss(bare):.3f}"
+            f", PSS per node (+ zygote/N) {_pss_amortized(col) / _pss(bare):.3f}"
         )
 
 

@@ -6,7 +6,7 @@ local backend. Printed per N: fleet start time (``fleet_starting`` -> ``fleet_re
 median round time, peak RSS and PSS per node (whole process tree, median over nodes),
 the peak of the nodes' summed PSS, the machine's memory in use (drop of MemAvailable),
 and whether all rounds completed. Before each N the expected memory (N x the PSS per
-node measured so far, or 750 MB before any measurement) is compared with MemAvailable;
+node measured so far, or 250 MB before any measurement) is compared with MemAvailable;
 an N that cannot fit is skipped (reported, not started), so the machine is never driven
 out of memory. The largest N that completed every round is printed at the end.
 
@@ -27,12 +27,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.nodemem import PeakSampler, testbed_nodes  # noqa: E402
+from bench.nodemem import PeakSampler, testbed_nodes, zygotes  # noqa: E402
 from testbed.runner import run_experiment  # noqa: E402
 from testbed.spec.loader import parse_spec  # noqa: E402
 from testbed.store import RunStore  # noqa: E402
 
-FIRST_GUESS_MB = 750.0  # per node before anything was measured (issue 15: ~705 MB RSS)
+FIRST_GUESS_MB = 250.0  # PSS per node before a measurement (nodes forked by the zygote)
 HEADROOM_MB = 2048.0  # left to the system and the SuperLink
 
 
@@ -89,7 +89,9 @@ def one(n: int, rounds: int, timing: str, work: Path) -> dict[str, Any]:
     store = RunStore(work / "runs")
     before = mem_available_mb()
     t0 = time.time()
-    with MinAvailable() as low, PeakSampler(lambda: testbed_nodes(work), 2.0) as mem:
+    sampler = PeakSampler(lambda: testbed_nodes(work), 2.0)
+    sampler.shared = lambda: zygotes(work)
+    with MinAvailable() as low, sampler as mem:
         res = run_experiment(parse_spec(spec_text(n, rounds, timing)), store, spec_path="bench")
     ev = {e.kind: e.ts for e in store.events(res.run_id)}
     rounds_s = [v for _r, _n, _k, v, _t in store.metrics(res.run_id, "round_duration_s")]
@@ -103,6 +105,7 @@ def one(n: int, rounds: int, timing: str, work: Path) -> dict[str, Any]:
         "rss_mb": statistics.median(mem.rss.values()) if mem.rss else float("nan"),
         "pss_mb": statistics.median(mem.pss.values()) if mem.pss else float("nan"),
         "sum_pss_mb": mem.total_pss,
+        "zygote_mb": mem.shared_pss,
         "used_mb": before - low.low,
     }
 
@@ -138,6 +141,7 @@ def main() -> None:
         "rss_mb",
         "pss_mb",
         "sum_pss_mb",
+        "zygote_mb",
         "used_mb",
         "wall_s",
     )

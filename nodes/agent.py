@@ -237,28 +237,69 @@ def apply_limits(memory_mb: int | None, cpus: list[int] | None) -> dict[str, str
     return applied
 
 
+_WARM: list[bool] = []  # [True] once this process (or the zygote it was forked from) warmed up
+
+
 def _prewarm(ready_file: str | None, limits: dict[str, str] | None = None) -> None:
-    """Import the ClientApp's stack once; then signal readiness through ``ready_file``."""
-    import numpy as np
-    import sklearn.datasets  # noqa: F401
+    """Import the ClientApp's stack once; then signal readiness through ``ready_file``.
+
+    A node forked from the local backend's zygote finds it done already (the zygote
+    warmed up before forking): it only signals readiness, writing none of the pages it
+    shares with the zygote.
+    """
     import torch
 
-    import nodes.fl.client_app  # noqa: F401  (flwr's ClientApp stack)
-    from nodes.data.datasets import Dataset
-    from nodes.fl import task
-    from nodes.fl.config import FLSpec
-    from nodes.models import build_model
-
     torch.set_num_threads(1)
-    # One tiny training step per optimizer: the first autograd pass and optimizer step
-    # initialise kernels and lazy imports (~1.5 s), which would otherwise hit round 1.
-    data = Dataset(np.zeros((4, 1, 8, 8), np.float32), np.zeros(4, np.int64), 10)
-    for opt in ("sgd", "adam"):
-        task.train(build_model("cnn", (1, 8, 8), 10), data, FLSpec(optimizer=opt), 0)
+    if not _WARM:
+        import numpy as np
+        import sklearn.datasets  # noqa: F401
+
+        import nodes.fl.client_app  # noqa: F401  (flwr's ClientApp stack)
+        from nodes.data.datasets import Dataset
+        from nodes.fl import task
+        from nodes.fl.config import FLSpec
+        from nodes.models import build_model
+
+        # One tiny training step per optimizer: the first autograd pass and optimizer step
+        # initialise kernels and lazy imports (~1.5 s), which would otherwise hit round 1.
+        data = Dataset(np.zeros((4, 1, 8, 8), np.float32), np.zeros(4, np.int64), 10)
+        for opt in ("sgd", "adam"):
+            task.train(build_model("cnn", (1, 8, 8), 10), data, FLSpec(optimizer=opt), 0)
+        _WARM.append(True)
 
     if ready_file:
         Path(ready_file).parent.mkdir(parents=True, exist_ok=True)
         Path(ready_file).write_text(json.dumps({"pid": os.getpid(), "limits": limits or {}}))
+
+
+def fork_supernode(cmd: list[str], notify_fd: int | None = None) -> subprocess.Popen[bytes]:
+    """Run the SuperNode of :func:`supernode_command` ``cmd`` in a forked child.
+
+    The child is ``cmd`` run in-process instead of in a fresh interpreter: Flower's own
+    ``flower-supernode`` entry point with the same arguments (through the timing shim's
+    :func:`nodes.fl.timing.main`, which leaves Flower untouched in ``flower`` mode). It
+    shares this process's imported flwr copy-on-write (start-up in milliseconds, its
+    pages counted once) and runs in this node's process group, cgroup and CPU set.
+    Call it before starting threads. ``notify_fd``: the SuperNode (``fast`` mode) wakes
+    the warm executor through this pipe (:func:`nodes.fl.timing.notify_task_ready`).
+    """
+    from nodes.fl.timing import PROTOCOL_TIMINGS, main
+    from nodes.forked import fork_call
+
+    if "nodes.fl.timing" in cmd:  # [python, -m, nodes.fl.timing, MODE, SCRIPT, ARGS...]
+        argv = cmd[cmd.index("nodes.fl.timing") + 1 :]
+    else:  # [flower-supernode, ARGS...]: Flower untouched
+        argv = [PROTOCOL_TIMINGS[0], Path(cmd[0]).name, *cmd[1:]]
+    os.environ.update(_env())
+    return fork_call(lambda: main(argv, notify_fd), cmd)
+
+
+def _run_cold(child: subprocess.Popen[bytes]) -> int:
+    """Wait for a cold SuperNode ``child``, passing SIGTERM/SIGINT on to it."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    watch_parent()
+    _forward_signals(child)
+    return child.wait()
 
 
 def run_supernode(
@@ -272,20 +313,24 @@ def run_supernode(
 ) -> int:
     """Run a SuperNode plus (when ``warm``) its warm executor; return the exit code.
 
-    The SuperNode is a child process; the warm executor runs in this process and
+    The SuperNode is a forked child process (:func:`fork_supernode`; ``warm=False``: a
+    fresh ``flower-supernode`` process); the warm executor runs in this process and
     polls the SuperNode's Runtime API on ``127.0.0.1:port``. Stopping this process
     (SIGTERM/SIGINT) stops both.
     """
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll otherwise
     limits = apply_limits(memory_mb, cpus)  # before any child starts: they inherit it
-    watch_parent()
     config = dict(node_config)
     timing = str(config.pop("protocol-timing", "flower"))  # for the agent, not for Flower
-    child = subprocess.Popen(supernode_command(superlink, port, config, warm, timing), env=_env())
-    if not warm:
-        _forward_signals(child)
-        return child.wait()
+    cmd = supernode_command(superlink, port, config, warm, timing)
+    if not warm:  # Flower's own SuperExec and a fresh ClientApp process per message
+        return _run_cold(subprocess.Popen(cmd, env=_env()))
+    wake_r, wake_w = os.pipe()  # the SuperNode wakes the warm executor (fast mode)
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    child = fork_supernode(cmd, wake_w)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll otherwise
+    watch_parent()
     os.environ.update(FLOWER_ENV)
     from nodes.fl.warm_executor import WarmExecutor
 
@@ -296,7 +341,8 @@ def run_supernode(
 
     if timing == "fast":  # the ClientApp's object pulls run here (nodes/fl/timing.py)
         install(CLIENTAPP)
-    executor = WarmExecutor(f"127.0.0.1:{port}", executor_poll_s(timing))
+    wake = wake_r if timing == "fast" else None
+    executor = WarmExecutor(f"127.0.0.1:{port}", executor_poll_s(timing), wake_fd=wake)
     _forward_signals(child, executor.stop)
 
     def watch() -> None:

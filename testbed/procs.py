@@ -91,6 +91,11 @@ class ProcGroup:
             p = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
             )
+        return self.adopt(name, p)
+
+    def adopt(self, name: str, p: Popen) -> Popen:
+        """Track ``p`` as ``name``: a process started elsewhere in its own session (a node
+        forked by the local backend's zygote, :mod:`testbed.backends.zygote`)."""
         self.procs[name] = p
         self._known[name] = {p.pid}
         return p

@@ -6,7 +6,9 @@ nothing:
 * a SuperNode whose pull finds no message sleeps 3 s before pulling again
   (``flwr.supernode.start_client_internal.start_client_internal``);
 * a SuperNode waiting for its ClientApp's reply checks every 0.5 s
-  (``flwr.supernode.start_client_internal._push_messages``);
+  (``flwr.supernode.start_client_internal._push_messages``), and as often for each of
+  the reply's objects the ClientApp has not stored yet (``yield_object_contents``,
+  nested in it);
 * the ServerApp's grid polls the SuperLink for replies every 3 s
   (``flwr.superlink.grid.http_grid.HttpGrid.send_and_receive``);
 * whoever pulls a message's objects (SuperNode from the SuperLink, ClientApp from the
@@ -29,10 +31,20 @@ two pull functions' keyword defaults to :data:`FAST_BACKOFF` (0.02 s doubling up
 Flower's own 500 tries x 10 s do). The message protocol, its contents and every other
 setting stay Flower's; no Flower code is copied.
 
-Where it applies: the node agent starts a fast SuperNode as
-``python -m nodes.fl.timing fast flower-supernode ARGS`` (:func:`main`: install the
-shim, then run Flower's own console entry point with ``ARGS``) and installs the
-``clientapp`` part in its own process, where the warm executor runs ClientApp tasks;
+The node's warm executor is the testbed's (it stands for Flower's SuperExec): in
+``fast`` mode it does not poll the SuperNode for tasks every few milliseconds (each poll
+is an HTTP request, and on 2 cores dozens of them a second slow every object transfer
+of the round) but waits on a pipe that the SuperNode writes to when a task is ready
+(:func:`notify_task_ready`, wrapping :data:`TASK_READY`), with a 3 s poll as fallback.
+The server node's SuperExec polls for submitted runs every 0.1 s instead of 1 s
+(Flower's own ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``, set by the local backend).
+
+Where it applies: the node agent runs a SuperNode as :func:`main` (``MODE
+flower-supernode ARGS``: install the shim in ``fast`` mode, then run Flower's own
+console entry point with ``ARGS``) in a process it forks
+(:func:`nodes.agent.fork_supernode`; ``python -m nodes.fl.timing fast
+flower-supernode ARGS`` is the same as a command) and installs the ``clientapp`` part
+in its own process, where the warm executor runs ClientApp tasks;
 the testbed's ServerApp calls :func:`install` itself before its first round (the
 ServerApp runs inside Flower's ``flwr-serverapp`` process, started by Flower's
 SuperExec, so that is the first code of the testbed there). If a Flower release no
@@ -42,7 +54,9 @@ longer has a patched wait (function gone, or its hard-coded value changed),
 
 from __future__ import annotations
 
+import functools
 import importlib
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -93,6 +107,12 @@ WAITS: dict[str, tuple[Wait, ...]] = {
     SUPERNODE: (
         Wait("flwr.supernode.start_client_internal", "start_client_internal", 3.0, 0.1),
         Wait("flwr.supernode.start_client_internal", "_push_messages", 0.5, 0.02),
+        Wait(
+            "flwr.supernode.start_client_internal",
+            "_push_messages.<locals>.yield_object_contents",
+            0.5,
+            0.02,
+        ),
     ),
     SERVERAPP: (Wait("flwr.superlink.grid.http_grid", "HttpGrid.send_and_receive", 3.0, 0.1),),
     CLIENTAPP: (),  # the object-pull back-off only
@@ -131,9 +151,13 @@ class TimeShim:
 def _code(module: ModuleType, qualname: str) -> CodeType:
     """Code object of ``qualname`` in ``module`` (RuntimeError if Flower lacks it)."""
     obj: Any = module
-    for part in qualname.split("."):
+    outer, _, inner = qualname.partition(".<locals>.")  # a function nested in another
+    for part in outer.split("."):
         obj = getattr(obj, part, None)
     code = getattr(obj, "__code__", None)
+    if isinstance(code, CodeType) and inner:
+        nested = [c for c in code.co_consts if isinstance(c, CodeType) and c.co_name == inner]
+        code = nested[0] if len(nested) == 1 else None
     if not isinstance(code, CodeType):
         raise RuntimeError(f"protocol_timing fast: {module.__name__}.{qualname} not found")
     return code
@@ -205,6 +229,41 @@ def install(component: str) -> dict[str, TimeShim]:
     return shims
 
 
+#: Flower function a SuperNode calls once a pulled message is stored with all its
+#: objects and its ClientApp task created (it then waits there for the reply).
+TASK_READY = ("flwr.supernode.start_client_internal", "_push_messages")
+
+
+def notify_task_ready(fd: int) -> None:
+    """Write a byte to ``fd`` whenever this SuperNode has a task ready (``fast`` mode).
+
+    Wraps :data:`TASK_READY` in this process: the byte is written, then Flower's own
+    function runs with the same arguments. The node's warm executor waits on the other
+    end of the pipe instead of polling the Runtime API every few milliseconds (each
+    poll is an HTTP request: on 2 cores, dozens of them a second slow every transfer of
+    the round), and it acquires the task only once its objects are all stored, so its
+    own object pulls never miss. ``fd`` should be non-blocking: a full pipe (an
+    executor that stopped reading) drops the byte and Flower carries on.
+    """
+    module = importlib.import_module(TASK_READY[0])
+    original = getattr(module, TASK_READY[1], None)
+    if original is None:
+        raise RuntimeError(f"protocol_timing fast: {'.'.join(TASK_READY)} not found")
+    if getattr(original, "_testbed_notify_fd", None) is not None:
+        return
+
+    @functools.wraps(original)
+    def task_ready(*args: Any, **kwargs: Any) -> Any:
+        try:
+            os.write(fd, b"!")
+        except OSError:  # (BlockingIOError: a full pipe; the executor polls anyway)
+            pass
+        return original(*args, **kwargs)
+
+    task_ready._testbed_notify_fd = fd  # type: ignore[attr-defined]
+    setattr(module, TASK_READY[1], task_ready)
+
+
 def uninstall(component: str) -> None:
     """Give ``component``'s Flower modules their ``time`` module and back-off back."""
     _set_backoff(False)
@@ -232,21 +291,24 @@ def executor_poll_s(protocol_timing: str) -> float:
 
     ``flower``: 0.2 s, as before this setting existed (Flower's own SuperExec waits
     1 s, but the warm executor replaces it, and its per-message process start, anyway);
-    ``fast``: 0.05 s.
+    ``fast``: 3 s, a fallback only: the SuperNode wakes its executor as soon as a task
+    is ready (:func:`notify_task_ready`). (A poll finds a task as soon as Flower creates
+    it, before its objects are pulled: frequent polls would race the SuperNode's pull.)
     """
-    return 0.05 if protocol_timing == "fast" else 0.2
+    return 3.0 if protocol_timing == "fast" else 0.2
 
 
 #: Flower console scripts the shim can start -> the component whose waits change.
 SCRIPTS = {"flower-supernode": SUPERNODE}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, notify_fd: int | None = None) -> int:
     """``python -m nodes.fl.timing MODE SCRIPT ARGS...``: run a Flower console script.
 
     ``MODE`` is ``flower`` or ``fast``; ``SCRIPT`` one of :data:`SCRIPTS`. The script's
     own entry point (from Flower's package metadata) runs with ``sys.argv`` set as if
-    it had been started directly.
+    it had been started directly. ``notify_fd`` (a SuperNode in ``fast`` mode, called
+    in-process by the node agent): see :func:`notify_task_ready`.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) < 2 or args[0] not in PROTOCOL_TIMINGS or args[1] not in SCRIPTS:
@@ -259,6 +321,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode, script, rest = args[0], args[1], args[2:]
     if mode == "fast":
         install(SCRIPTS[script])
+        if notify_fd is not None:
+            notify_task_ready(notify_fd)
     (entry,) = entry_points(group="console_scripts", name=script)
     sys.argv = [script, *rest]
     result = entry.load()()

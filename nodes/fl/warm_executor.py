@@ -15,6 +15,8 @@ untouched.
 from __future__ import annotations
 
 import logging
+import os
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -40,6 +42,10 @@ class WarmExecutor:
         Sleep between empty ``AcquireTask`` polls, seconds.
     on_task : callable, optional
         Called with ``(task_id, duration_s, ok)`` after each task.
+    wake_fd : int, optional
+        Read end of a pipe the SuperNode writes to when a task is ready
+        (:func:`nodes.fl.timing.notify_task_ready`): the executor then polls at once,
+        and otherwise only every ``poll_interval_s``.
     """
 
     def __init__(
@@ -47,10 +53,13 @@ class WarmExecutor:
         runtime_api_address: str,
         poll_interval_s: float = 0.2,
         on_task: Callable[[int, float, bool], None] | None = None,
+        wake_fd: int | None = None,
     ) -> None:
         self.address = runtime_api_address
         self.poll_interval_s = poll_interval_s
         self.on_task = on_task
+        self.wake_fd = wake_fd
+        self._stop_r, self._stop_w = os.pipe()  # stop() ends a wait on wake_fd at once
         self.stop_event = threading.Event()
         self._apps: dict[str, ClientApp] = {}
         self.tasks_run = 0
@@ -105,13 +114,29 @@ class WarmExecutor:
                     if self.on_task:
                         self.on_task(res.task.task_id, time.perf_counter() - t0, ok)
                 else:
-                    self.stop_event.wait(self.poll_interval_s)
+                    self._idle()
         finally:
             client.close()
+
+    def _idle(self) -> None:
+        """Wait ``poll_interval_s`` between empty polls, or until the SuperNode wakes us."""
+        if self.wake_fd is None:
+            self.stop_event.wait(self.poll_interval_s)
+            return
+        ready, _, _ = select.select([self.wake_fd, self._stop_r], [], [], self.poll_interval_s)
+        if self.wake_fd in ready:
+            try:
+                os.read(self.wake_fd, 4096)  # every pending wake-up: one poll serves them
+            except BlockingIOError:
+                pass
 
     def stop(self) -> None:
         """Ask :meth:`serve` to return after the current task."""
         self.stop_event.set()
+        try:
+            os.write(self._stop_w, b"!")
+        except OSError:  # (already closed)
+            pass
 
     def _load(self, run: Run, fab: Fab) -> ClientApp:
         """Install the FAB and load its ClientApp once per FAB hash."""

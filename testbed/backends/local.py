@@ -25,6 +25,7 @@ from nodes.device_control import NodeControl
 from testbed.backends import register_backend
 from testbed.backends.base import NodeResources
 from testbed.backends.local_node import LocalNode, cpu_seconds, remove_node_cgroups
+from testbed.backends.zygote import Zygote
 from testbed.emulation.kinds import LINK_KINDS
 from testbed.emulation.link import Link
 from testbed.planner import Plan, PlannedNode
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from testbed.space.schedule import SpaceModel
 
 APP_DIR = Path(__file__).resolve().parents[2] / "nodes" / "fl" / "app"
+SUPEREXEC_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"  # Flower's own setting, s
+FAST_SUPEREXEC_POLL_S = 0.1  # its value in ``fast`` protocol timing
 
 
 @runtime_checkable
@@ -87,6 +90,7 @@ class LocalBackend:
         self._client_prefix: dict[str, list[str]] = {}
         self.paused: set[str] = set()  # nodes frozen by a pause fault
         self._cpu: dict[str, tuple[float, dict[int, float]]] = {}  # last CPU sample
+        self._zygote: Zygote | None = None  # forks the client nodes (warm, not netem)
 
     def _node_cmd(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "testbed", "node", *args]
@@ -103,6 +107,9 @@ class LocalBackend:
         if mode == "netem":  # the SuperLink lives in this run's own server namespace
             self.netns = self._make_netns()
             host, self._server_prefix = "0.0.0.0", ["ip", "netns", "exec", self.netns]
+        elif self.warm and self.plan.clients:  # imports the nodes' stack meanwhile
+            self._zygote = Zygote(self.run_dir, self._run_tag)
+            self._zygote.start(_env(self.run_dir), self.run_dir / "logs" / "zygote.log")
         self._start_superlink(host, timeout_s)
         if mode in LINK_KINDS:  # ("none": the nodes dial the SuperLink directly)
             self._start_links(mode)
@@ -127,7 +134,7 @@ class LocalBackend:
                 server.name,
                 self._server_prefix + cmd,
                 self.run_dir / "logs" / f"{server.name}.log",
-                env=_env(self.run_dir / "nodes" / server.name),
+                env=self._server_env(),
             )
             try:
                 wait_port(port, timeout_s, p, netns=self.netns)
@@ -137,6 +144,16 @@ class LocalBackend:
             self.superlink_port = port
             return
         raise RuntimeError("could not start the SuperLink (see logs)")
+
+    def _server_env(self) -> dict[str, str]:
+        """Environment of the server node: in ``fast`` protocol timing, Flower's SuperExec
+        checks for a submitted run every 0.1 s (its own setting,
+        ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``; Flower's default: 1 s)."""
+        env = _env(self.run_dir / "nodes" / self.plan.server.name)
+        fl = self.plan.experiment.workload.fl
+        if fl is not None and fl.protocol_timing == "fast":
+            env[SUPEREXEC_POLL_ENV] = str(FAST_SUPEREXEC_POLL_S)
+        return env
 
     def _wait_warm(self, timeout_s: float) -> None:
         """Wait until every client node's warm executor wrote its ready file."""
@@ -260,13 +277,18 @@ class LocalBackend:
             ) + (["--ready-file", str(self._ready_file(name))] if self.warm else ["--cold"])
             self._cmds[name] += self._limit_args(node)
             self.node_ports[name] = port
-        p = self.procs.start(
-            name,
-            self._client_prefix.get(name, []) + self._cmds[name],
-            self.run_dir / "logs" / f"{name}.log",
-            env=_env(self.run_dir / "nodes" / name),
-        )
+        cmd = self._client_prefix.get(name, []) + self._cmds[name]
+        log, env = self.run_dir / "logs" / f"{name}.log", _env(self.run_dir / "nodes" / name)
+        p = self._fork(name, cmd, log, env) or self.procs.start(name, cmd, log, env=env)
         return self.node_ports[name], p
+
+    def _fork(self, name: str, cmd: list[str], log: Path, env: dict[str, str]) -> Popen | None:
+        """Node ``name`` forked by the zygote (a SuperNode command only); None: start it
+        plainly (no zygote, or it did not come up)."""
+        if self._zygote is None or cmd[:5] != self._node_cmd("supernode"):
+            return None
+        p = self._zygote.spawn(cmd, log, env)
+        return None if p is None else self.procs.adopt(name, p)
 
     def start_services(
         self, commands: Mapping[str, list[str]], ports: Mapping[str, int], timeout_s: float = 60.0
@@ -439,5 +461,7 @@ class LocalBackend:
             link.stop()
         for pid in pids:  # memory (and cpu) cgroups of the nodes
             remove_node_cgroups(pid)
+        if self._zygote is not None:
+            self._zygote.stop()
         if self.netns:
             subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)

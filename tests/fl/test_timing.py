@@ -10,16 +10,19 @@ of slept.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 
 import flwr.supercore.inflatable.inflatable_utils as inflatable
 import flwr.superlink.grid.http_grid as http_grid
 import flwr.supernode.start_client_internal as sci
 import pytest
+from flwr.proto.message_pb2 import ObjectTree
 from flwr.supercore.inflatable.inflatable_utils import ObjectUnavailableError
 
 from nodes.agent import supernode_command
@@ -91,12 +94,71 @@ def test_fast_mode_shortens_the_supernode_waits(slept: list[float]) -> None:
     assert set(shims) == {"flwr.supernode.start_client_internal"}
     shim = shims["flwr.supernode.start_client_internal"]
     assert sci.time is shim and http_grid.time is time  # only the SuperNode's module
-    # exactly the two functions' waits are listed: the empty pull and the reply wait
+    # exactly these functions' waits are listed: the empty pull, the reply wait and
+    # the wait for a reply's objects (a function nested in _push_messages)
+    [nested] = [c for c in sci._push_messages.__code__.co_consts if hasattr(c, "co_name")]
+    assert nested.co_name == "yield_object_contents"
     assert shim.waits == {
         sci.start_client_internal.__code__: (3.0, 0.1),
         sci._push_messages.__code__: (0.5, 0.02),
+        nested: (0.5, 0.02),
     }
     assert _push_messages_wait(slept) == [0.02] and shim.changed == 1
+
+
+def _push_reply(slept: list[float]) -> list[tuple[str, bytes]]:
+    """Run Flower's ``_push_messages`` on a reply whose one object is stored only on the
+    second look (the ClientApp still pushing it); return what was pushed."""
+    meta = SimpleNamespace(
+        group_id="", run_id=1, message_type="train", message_id="m", reply_to_message_id="r"
+    )
+    contents = iter([b"", b"x"])
+    store = SimpleNamespace(
+        get_object_tree=lambda _id: ObjectTree(object_id="o"),
+        get=lambda _id: next(contents),
+        delete=lambda _id: None,
+    )
+    state = SimpleNamespace(
+        get_messages_legacy=lambda is_reply: [SimpleNamespace(metadata=meta)],
+        get_message_processing_duration=lambda message_id: 0.1,
+        delete_messages=lambda message_ids: None,
+    )
+    pushed: list[tuple[str, bytes]] = []
+    sci._push_messages(
+        state,  # type: ignore[arg-type]
+        store,  # type: ignore[arg-type]
+        lambda message, tree, runtime: ({"o"}, "session"),
+        lambda run_id, session, obj_id, content: pushed.append((obj_id, content)),
+    )
+    return pushed
+
+
+def test_fast_mode_shortens_the_wait_for_reply_objects(slept: list[float]) -> None:
+    assert _push_reply(slept) == [("o", b"x")] and slept == [0.5]  # Flower's own wait
+    slept.clear()
+    install(SUPERNODE)
+    assert _push_reply(slept) == [("o", b"x")] and slept == [0.02]
+
+
+def test_task_ready_wakes_the_executor() -> None:
+    """In fast mode the SuperNode writes to the executor's pipe before Flower's
+    ``_push_messages`` (its task then holds every object), and Flower's call follows."""
+    original = sci._push_messages
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    calls: list[tuple[object, ...]] = []
+    try:
+        sci._push_messages = lambda *args: calls.append(args)  # type: ignore[assignment]
+        timing.notify_task_ready(w)
+        timing.notify_task_ready(w)  # wrapping twice is a no-op
+        sci._push_messages("state", "store", "send", "push")  # type: ignore[arg-type]
+        assert os.read(r, 100) == b"!" and calls == [("state", "store", "send", "push")]
+        os.close(r)  # an executor gone: Flower still carries on
+        sci._push_messages(1, 2, 3, 4)  # type: ignore[arg-type]
+        assert len(calls) == 2
+    finally:
+        sci._push_messages = original
+        os.close(w)
 
 
 def test_fast_mode_shortens_the_grid_reply_poll(slept: list[float]) -> None:
@@ -191,3 +253,19 @@ def test_object_pull_backoff_flower_and_fast() -> None:
         uninstall(CLIENTAPP)
     fn = inflatable.pull_objects
     assert {k: fn.__kwdefaults__[k] for k in FLOWER_BACKOFF} == FLOWER_BACKOFF
+
+
+@pytest.mark.parametrize("mode", ["flower", "fast"])
+def test_the_server_node_superexec_polls_often_in_fast_mode(mode: str, tmp_path: Path) -> None:
+    """Flower's SuperExec checks for a submitted run every 1 s unless its own setting
+    says otherwise; fast mode sets it to 0.1 s, flower mode leaves Flower's default."""
+    from testbed.backends.local import SUPEREXEC_POLL_ENV, LocalBackend
+    from testbed.planner import make_plan
+    from testbed.spec.loader import parse_spec
+
+    spec = parse_spec(
+        "name: t\nfleet:\n  nodes:\n    - {id: cloud, tier: cloud}\n"
+        f"    - {{id: edge, tier: edge}}\nworkload:\n  fl: {{protocol_timing: {mode}}}\n"
+    )
+    env = LocalBackend(make_plan(spec), tmp_path)._server_env()
+    assert env.get(SUPEREXEC_POLL_ENV) == ("0.1" if mode == "fast" else None)

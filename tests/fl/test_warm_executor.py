@@ -5,6 +5,7 @@ exercised end to end by every fleet test (each SuperNode runs one)."""
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import socket
 import subprocess
@@ -88,3 +89,24 @@ def test_serve_waits_for_an_absent_supernode_and_stops_on_request() -> None:
     th.join(STOP_WITHIN_S)
     assert not th.is_alive() and time.perf_counter() - t0 < STOP_WITHIN_S
     assert ex.tasks_run == 0 and seen == []
+
+
+def test_a_wake_up_or_a_stop_ends_the_wait_between_polls() -> None:
+    """fast mode: the executor waits on the SuperNode's pipe, not a fixed poll interval."""
+    r, w = os.pipe()
+    ex = WarmExecutor("127.0.0.1:1", poll_interval_s=30.0, wake_fd=r)
+    try:
+        os.write(w, b"!!")  # two tasks announced: one wait ends, both bytes read
+        t0 = time.perf_counter()
+        ex._idle()
+        assert time.perf_counter() - t0 < 1.0
+        os.set_blocking(r, False)
+        with pytest.raises(BlockingIOError):
+            os.read(r, 10)
+        threading.Timer(0.2, ex.stop).start()
+        t0 = time.perf_counter()
+        ex._idle()  # nothing announced: ends on stop(), not after 30 s
+        assert 0.1 < time.perf_counter() - t0 < STOP_WITHIN_S
+    finally:
+        os.close(r)
+        os.close(w)

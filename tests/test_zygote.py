@@ -1,0 +1,63 @@
+"""The local backend's fork server forks nodes that behave like started processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.backends.zygote import Zygote, ZygoteProcess
+from testbed.procs import ProcGroup
+from tests.conftest import processes_under
+
+
+def _zygote(tmp_path: Path) -> Zygote:
+    z = Zygote(tmp_path, "test")
+    z.start(dict(os.environ), tmp_path / "zygote.log", warm=False)  # plain Python
+    return z
+
+
+def test_forked_node_runs_its_command_and_reports_its_exit(tmp_path: Path) -> None:
+    z = _zygote(tmp_path)
+    try:
+        env = dict(os.environ, CT_PROBE="1")
+        ok = z.spawn([sys.executable, "-m", "calendar", "2026", "1"], tmp_path / "a.log", env)
+        bad = z.spawn([sys.executable, "-m", "json.tool", "/no/such"], tmp_path / "b.log", env)
+        assert isinstance(ok, ZygoteProcess) and isinstance(bad, ZygoteProcess)
+        assert ok.wait(timeout=30) == 0 and bad.wait(timeout=30) == 2
+        assert "January 2026" in (tmp_path / "a.log").read_text()  # its stdout: its log
+        assert "/no/such" in (tmp_path / "b.log").read_text()  # its stderr too
+        other = z.spawn(["ls"], tmp_path / "c.log", env)  # only `python -m MODULE` runs
+        assert other is not None and other.wait(timeout=30) == 1
+        assert "can only run `python -m MODULE" in (tmp_path / "c.log").read_text()
+    finally:
+        z.stop()
+    assert processes_under(tmp_path) == []
+
+
+def test_forked_node_has_its_own_session_and_stops_like_a_process(tmp_path: Path) -> None:
+    z = _zygote(tmp_path)
+    group = ProcGroup()
+    try:
+        cmd = [sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1"]
+        p = z.spawn(cmd, tmp_path / "n.log", dict(os.environ))
+        assert p is not None
+        group.adopt("node", p)
+        time.sleep(0.5)
+        assert p.poll() is None and os.getpgid(p.pid) == p.pid  # its own process group
+        assert [q.pid for q in group.tree("node")] == [p.pid]
+        assert p.pid in {q.pid for q in processes_under(tmp_path)}  # the run finds it
+        group.stop("node")
+        assert p.returncode == -signal.SIGTERM
+        with pytest.raises(subprocess.TimeoutExpired):
+            z.spawn(cmd, tmp_path / "m.log", dict(os.environ)).wait(timeout=0.2)  # type: ignore[union-attr]
+    finally:
+        group.stop_all()
+        z.stop()
+    assert processes_under(tmp_path) == []
+    assert z.spawn(["x"], tmp_path / "x.log", {}, timeout_s=1) is None  # stopped: start plainly

@@ -87,6 +87,9 @@ class SimulationBackend:
     """
 
     name = "simulation"
+    #: The fault schedule is decided on the virtual clock (testbed.simulation.vfaults),
+    #: not by the control plane's chaos engine.
+    decides_faults = True
 
     def __init__(
         self, plan: Plan, run_dir: Path, ray_address: str | None = None, **_options: Any
@@ -201,7 +204,8 @@ class SimulationBackend:
         raise ValueError("--backend simulation: there is no SuperLink to restart")
 
     def node(self, name: str) -> Any:
-        """No node handles: faults are refused before the run (check_experiment)."""
+        """No node handles: faults are decided on the virtual clock (a live injection
+        is rejected with this message)."""
         raise ValueError(f"--backend simulation: node {name!r} is virtual (no handle)")
 
     # -- observations ------------------------------------------------------------------

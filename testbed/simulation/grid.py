@@ -85,9 +85,11 @@ class ClockedGrid:
         self.elapsed_s = 0.0
         self.armed = False
         self.started = 0  # last round begun on the clock
+        self.ended = 0  # last round ended on the clock
         self.withheld: dict[str, tuple[float, Message]] = {}  # reply-to id -> (arrival, reply)
         self._send: Callable[..., Iterable[Message]] = grid.send_and_receive
         self._ids: Callable[[], Iterable[int]] = grid.get_node_ids
+        self._pull: Callable[[Iterable[str]], Iterable[Message]] = grid.pull_messages
         grid.send_and_receive = self.send_and_receive  # type: ignore[method-assign]
         grid.get_node_ids = self.get_node_ids  # type: ignore[method-assign]
         grid.pull_messages = self.pull_messages  # type: ignore[method-assign]
@@ -106,19 +108,23 @@ class ClockedGrid:
         ids = list(self._ids())
         if not self.armed:
             return ids
-        self._begin(self.started + 1)
+        self._begin(self.ended + 1)  # (sampling for the next round happens now)
         t = self.elapsed_s
         return [i for i in ids if self.clock.down_reason(self.name_of(i), t, t) is None]
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        """Late replies whose virtual arrival has passed (Flower's call, late replies)."""
-        out = []
+        """Flower's call: withheld replies whose virtual arrival has passed (late
+        replies), and the grid's own for the other ids (its ``send_and_receive`` polls
+        through here)."""
+        out, rest = [], []
         for mid in message_ids:
             arrival, reply = self.withheld.get(mid, (float("inf"), None))
-            if reply is not None and arrival <= self.elapsed_s:
+            if reply is None:
+                rest.append(mid)
+            elif arrival <= self.elapsed_s:
                 out.append(reply)
                 del self.withheld[mid]
-        return out
+        return out + (list(self._pull(rest)) if rest else [])
 
     def _begin(self, rnd: int) -> None:
         if rnd > self.started:
@@ -149,6 +155,7 @@ class ClockedGrid:
         if len(replies) < len(messages):
             slowest = self.clock.deadline_s
         self.elapsed_s += slowest
+        self.ended = rnd
         self.tel.metric("virtual_round_s", slowest, rnd)
         self.tel.metric("virtual_time_s", self.elapsed_s, rnd)
         if self.clock.faults is not None:

@@ -11,6 +11,8 @@ emulated wait is the virtual clock's ``stretch`` here, so nothing sleeps.
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 from flwr.app import Context, Message
@@ -26,9 +28,25 @@ def control_path(artifact_dir: str, pid: int) -> Path:
     return Path(artifact_dir) / "controls" / f"{pid}.json"
 
 
+def _note_ray_node(out: str) -> None:
+    """Once per actor process: which Ray node it runs on (``<artifact-dir>/ray_nodes/``),
+    so a run on a Ray cluster shows where its ClientApps ran."""
+    path = Path(out) / "ray_nodes" / f"{os.getpid()}.json"
+    if path.exists():
+        return
+    import ray
+
+    if not ray.is_initialized():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    node = ray.get_runtime_context().get_node_id()
+    path.write_text(json.dumps({"node_id": node, "pid": os.getpid()}))
+
+
 def _with_control(context: Context) -> None:
     out = str(context.run_config.get("artifact-dir", ""))
     if out:
+        _note_ray_node(out)
         path = control_path(out, int(context.node_config["partition-id"]))
         if path.exists():
             context.node_config["control-path"] = str(path)

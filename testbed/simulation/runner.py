@@ -137,6 +137,11 @@ def run(settings: dict[str, Any]) -> None:
 
     from testbed.simulation.client import app as client_app
 
+    server_app = clocked_server_app(settings)
+    if settings.get("bare"):  # bench/simulation.py's baseline: the apps, no clock
+        from nodes.fl.client_app import app as client_app
+        from nodes.fl.server_app import app as server_app
+
     run_config = settings["run_config"]
     flwr_run = simulation_run(int(settings["run_id"]), run_config)
     context = Context(
@@ -161,7 +166,7 @@ def run(settings: dict[str, Any]) -> None:
             num_supernodes=len(settings["names"]),
             exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
             client_app=client_app,
-            server_app=clocked_server_app(settings),
+            server_app=server_app,
             backend_config=backend_config,
             server_app_context=context,
             app_dir=str(APP_DIR),

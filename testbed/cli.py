@@ -83,11 +83,17 @@ def run(
         bool, typer.Option(help="Flower's cold per-message ClientApp processes")
     ] = False,
     parallel: Annotated[int, typer.Option(help="sweep: configurations run at once")] = 1,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="simulation: attach to this Ray cluster (= simulation.ray_address)"),
+    ] = None,
     item: Annotated[int | None, typer.Option(hidden=True)] = None,
     sweep_id: Annotated[str | None, typer.Option(hidden=True)] = None,
 ) -> None:
     """Run an experiment (every configuration of its sweep; finished ones are skipped)."""
     import signal
+
+    set_ = _with_ray_address(set_, ray_address, backend)
 
     # A shell starts background jobs with SIGINT ignored; Ctrl-C / `kill -INT` (also the
     # controller's stop) must still interrupt the run and tear its fleet down.
@@ -131,6 +137,15 @@ def run(
         console.print(f"sweep {sweep}: {counts}; report: testbed report {sweep} --out {out}")
         raise typer.Exit(1 if counts["failed"] else 0)
     _run_items(file, items, sweep, out, backend, cold, set_ or [])
+
+
+def _with_ray_address(sets: list[str] | None, address: str | None, backend: str) -> list[str]:
+    """``--set`` items plus ``simulation.ray_address`` when ``--ray-address`` is given."""
+    if address is None:
+        return sets or []
+    if backend != "simulation":
+        raise _fail("--ray-address: needs --backend simulation")
+    return [*(sets or []), f"simulation.ray_address={json.dumps(address)}"]
 
 
 def _run_items(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from testbed.spec.catalog import DeviceProfile
-from testbed.spec.models import Experiment, FaultSpec, LinkSpec
+from testbed.spec.models import Experiment, FaultSpec, LinkSpec, NodeSpec
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,25 @@ class Plan:
         return [n.name for n in sorted(self.clients, key=lambda n: n.partition_id or 0)]
 
 
+def profile_draws(exp: Experiment, spec: NodeSpec, seed: int) -> list[tuple[str, DeviceProfile]]:
+    """(profile name, profile) of each replica of ``spec``: its ``profile``, or drawn from
+    its ``profile_mix`` weights (``default_rng([seed, crc32(id)])``: same seed, same
+    draws on every backend)."""
+    if not spec.profile_mix:
+        pname = spec.profile if isinstance(spec.profile, str) else f"{spec.id}-inline"
+        return [(pname, exp.profile_of(spec))] * spec.count
+    import zlib
+
+    import numpy as np
+
+    names = sorted(spec.profile_mix)
+    w = np.array([spec.profile_mix[n] for n in names], dtype=float)
+    rng = np.random.default_rng([seed, zlib.crc32(spec.id.encode())])
+    picks = rng.choice(len(names), size=spec.count, p=w / w.sum())
+    profiles = {n: exp.profile_of(spec.model_copy(update={"profile": n})) for n in names}
+    return [(names[i], profiles[names[i]]) for i in picks]
+
+
 def make_plan(exp: Experiment, seed: int | None = None) -> Plan:
     """Resolve nodes (replicas, profiles, roles, partition ids) and their uplinks."""
     nodes: list[PlannedNode] = []
@@ -69,9 +88,8 @@ def make_plan(exp: Experiment, seed: int | None = None) -> Plan:
     pid = 0
     timing = exp.workload.fl.protocol_timing if exp.workload.fl else "flower"
     for spec in exp.fleet.nodes if exp.fleet else []:
-        prof = exp.profile_of(spec)
-        pname = spec.profile if isinstance(spec.profile, str) else f"{spec.id}-inline"
-        for name in spec.names():
+        drawn = profile_draws(exp, spec, exp.seed if seed is None else seed)
+        for name, (pname, prof) in zip(spec.names(), drawn, strict=True):
             role = spec.fl_role
             link = exp.links.for_node(name, spec, server_tier)
             nodes.append(

@@ -23,41 +23,54 @@ from testbed.backends import register_backend
 from testbed.backends.base import NodeResources
 from testbed.procs import Popen, ProcGroup
 from testbed.simulation.clock import PROTOCOL_DELAY_S
+from testbed.simulation.config import SimulationSpec
 
 if TYPE_CHECKING:
     from testbed.emulation.link import Link
     from testbed.planner import Plan, PlannedNode
     from testbed.spec.models import Experiment
 
-#: Ray CPUs of the simulation (the whole run) and per ClientApp actor.
+#: Ray CPUs of a local simulation (the whole run; `simulation.num_cpus` overrides).
 NUM_CPUS = int(os.environ.get("TESTBED_SIM_CPUS", "2"))
-CLIENT_CPUS = 1.0
 EXTRA = "continuum-testbed[sim]"
 
 
 def check_experiment(exp: Experiment) -> None:
     """ValueError naming the key for what the simulation cannot do."""
+    from testbed.simulation.vfaults import check_faults
+
     if exp.links.mode not in ("proxy", "none"):
         raise ValueError(
             f"links.mode: {exp.links.mode!r} needs real links; --backend simulation models "
             "links on its virtual clock (allowed: proxy, none)"
         )
-    for i, fault in enumerate(exp.faults):
-        raise ValueError(
-            f"faults[{i}].kind: {fault.kind!r} cannot be simulated by --backend simulation "
-            "(no fault kind is simulated yet; run it on --backend local)"
-        )
+    check_faults(exp.faults)
     if exp.workload.fl is None:
         raise ValueError("workload: --backend simulation runs workload.fl only")
+    avail = exp.simulation.availability if exp.simulation else None
+    if avail is not None:
+        from testbed.simulation.availability import load_trace
+
+        try:
+            load_trace(avail.path, avail.format)
+        except ValueError as e:
+            raise ValueError(f"simulation.availability.path: {e}") from None
 
 
-def client_model(node: PlannedNode) -> dict[str, Any]:
-    """The virtual clock's view of one client: stretch and link parameters."""
+def client_model(node: PlannedNode, schedule: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The virtual clock's view of one client: stretch, tier and link (with its
+    schedule: the spec's own, or ``schedule`` given, e.g. satellite passes)."""
     speed = node.profile.cpu_speed_factor
+    link = node.uplink
+    segs = schedule if schedule is not None else [s.model_dump() for s in link.schedule]
     return {
         "stretch": max(1.0, 1.0 / speed),
-        "bandwidth_mbps": node.uplink.bandwidth_mbps,
-        "latency_ms": node.uplink.latency_ms,
+        "tier": node.tier,
+        "bandwidth_mbps": link.bandwidth_mbps,
+        "latency_ms": link.latency_ms,
+        "jitter_ms": link.jitter_ms,
+        "loss_pct": link.loss_pct,
+        "schedule": [(float(g.pop("at_s")), g) for g in (dict(x) for x in segs)],
     }
 
 
@@ -74,9 +87,15 @@ class SimulationBackend:
     """
 
     name = "simulation"
+    #: The fault schedule is decided on the virtual clock (testbed.simulation.vfaults),
+    #: not by the control plane's chaos engine.
+    decides_faults = True
 
-    def __init__(self, plan: Plan, run_dir: Path, **_options: Any) -> None:
+    def __init__(
+        self, plan: Plan, run_dir: Path, ray_address: str | None = None, **_options: Any
+    ) -> None:
         self.plan = plan
+        self.ray_address = ray_address
         self.run_dir = run_dir
         self.procs = ProcGroup()
         self.superlink_port: int | None = None
@@ -96,7 +115,7 @@ class SimulationBackend:
         check_experiment(self.plan.experiment)
 
     def start_schedules(self) -> None:
-        """Link schedules are not simulated (links are static on the virtual clock)."""
+        """Nothing to play: link schedules and satellite passes are on the virtual clock."""
 
     def stop(self) -> None:
         """Stop the simulation process tree (Ray included) if it still runs."""
@@ -105,22 +124,63 @@ class SimulationBackend:
     # -- the Flower run ----------------------------------------------------------------
     def settings(self, run_config: dict[str, object]) -> dict[str, Any]:
         """What the simulation process needs (written to ``simulation.json``)."""
-        spec = self.plan.experiment.workload.fl
+        exp = self.plan.experiment
+        spec = exp.workload.fl
         assert spec is not None
+        sim = exp.simulation or SimulationSpec()
         deadline = float(spec.round_timeout_s)
+        clients = sorted(self.plan.clients, key=lambda n: n.partition_id or 0)
+        models, model_of = self._models(clients)
+        avail = sim.availability
         return {
             "run_id": secrets.randbits(63),
             "run_config": run_config,
-            "names": self.plan.client_names(),
-            "num_cpus": NUM_CPUS,
-            "client_cpus": CLIENT_CPUS,
+            "names": [n.name for n in clients],
+            "num_cpus": sim.num_cpus or NUM_CPUS,
+            "client_cpus": sim.client_cpus,
+            "ray_address": self.ray_address or sim.ray_address,
             "wall_cap_s": max(600.0, 10 * deadline),
             "clock": {
                 "deadline_s": deadline,
-                "protocol_delay_s": PROTOCOL_DELAY_S,
-                "clients": {n.name: client_model(n) for n in self.plan.clients},
+                "protocol_delay_s": sim.protocol_delay_s or PROTOCOL_DELAY_S,
+                "seed": self.plan.seed,
+                "models": models,
+                "model_of": model_of,
+                "faults": [json.loads(f.model_dump_json(exclude_none=True)) for f in exp.faults],
+                "availability": avail.model_dump() if avail is not None else None,
             },
         }
+
+    def _models(self, clients: list[PlannedNode]) -> tuple[list[dict[str, Any]], list[int]]:
+        """Distinct client models and each client's index into them (10,000 clients of a
+        few profiles and links: a few models)."""
+        space = self._space_schedules(clients)
+        models: list[dict[str, Any]] = []
+        index: dict[str, int] = {}
+        model_of = []
+        for n in clients:
+            m = client_model(n, space.get(n.name))
+            key = json.dumps(m, sort_keys=True)
+            if key not in index:
+                index[key] = len(models)
+                models.append(m)
+            model_of.append(index[key])
+        return models, model_of
+
+    def _space_schedules(self, clients: list[PlannedNode]) -> dict[str, list[dict[str, Any]]]:
+        """Satellite passes of the space-tier clients (run seconds), as link segments."""
+        exp = self.plan.experiment
+        space = [n.name for n in clients if n.tier == "space"]
+        if exp.space is None or not space:
+            return {}
+        from testbed.space.schedule import SpaceModel
+
+        fl = exp.workload.fl
+        horizon = fl.round_timeout_s * (fl.rounds + 2) + 120 if fl else None
+        if exp.space.horizon_s is not None and horizon is not None:
+            horizon = max(horizon, exp.space.horizon_s)
+        model = SpaceModel(exp.space, space, horizon_s=horizon)
+        return {name: model.link_segments(name) for name in space}
 
     def submit(self, run_config: dict[str, object]) -> Popen:
         """Start the simulation process; it ends with the Flower run."""
@@ -144,7 +204,8 @@ class SimulationBackend:
         raise ValueError("--backend simulation: there is no SuperLink to restart")
 
     def node(self, name: str) -> Any:
-        """No node handles: faults are refused before the run (check_experiment)."""
+        """No node handles: faults are decided on the virtual clock (a live injection
+        is rejected with this message)."""
         raise ValueError(f"--backend simulation: node {name!r} is virtual (no handle)")
 
     # -- observations ------------------------------------------------------------------

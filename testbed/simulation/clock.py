@@ -1,33 +1,38 @@
 """The virtual clock of ``--backend simulation`` (a model, labelled ``modelled``).
 
 Flower's Simulation Engine runs every ClientApp on a Ray actor of this host, so wall
-time says nothing about the devices and links a spec describes. Per client and round
-the clock models::
+time says nothing about the devices and links a spec describes. Per client and round,
+starting at the round's virtual start ``T``::
 
-    virtual_s = compute_s * stretch                  (measured compute, stretched)
-              + bytes_down * 8 / bandwidth_bps       (real payload bytes, server -> client)
-              + bytes_up * 8 / bandwidth_bps         (real payload bytes, client -> server)
-              + 2 * latency_s                        (one way each direction)
-              + protocol_delay_s                     (named parameter: Flower's own delays)
+    t1 = link.transfer(T, bytes_down)                 (latency, jitter, rate, loss, held
+                                                       while partitioned; schedules)
+    t2 = t1 + compute_s * stretch * straggler         (stopped while paused)
+    t3 = link.transfer(t2, bytes_up)
+    virtual_client_s = t3 + protocol_delay_s - T
 
-``compute_s`` is the ClientApp's measured ``train-duration-s`` (0 for a message without
-it), ``stretch = 1 / cpu_speed_factor`` of the node's profile (never below 1, as the
-local backend's emulated wait), the bandwidth and latency are the node's link
-parameters (unlimited bandwidth: no transfer term). A reply whose virtual time exceeds
-the round deadline (``round_timeout_s``) is withheld from the strategy, so the
-recording strategy records the node ``failed`` (``no reply before round timeout``)
-exactly as the local backend does for a reply that misses its round.
+``compute_s`` is the ClientApp's measured ``train-duration-s``, ``stretch = 1 /
+cpu_speed_factor`` of the node's profile (never below 1, as the local backend's
+emulated wait), the link is :class:`testbed.simulation.timeline.LinkTimeline` (the
+node's link, its schedule or satellite passes, and the faults' changes). A client down
+(crash, outage, flapping, availability trace) anywhere in ``[T, T + virtual_client_s]``
+loses its exchange. See :mod:`testbed.simulation.grid` for what is done with it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
-from flwr.app import Message, MessageType
-from flwr.serverapp import Grid
+import numpy as np
 
-from nodes.fl.telemetry import Telemetry
+from testbed.emulation.link import LinkParams
+from testbed.simulation.timeline import LinkTimeline, advance_compute
+
+if TYPE_CHECKING:
+    from testbed.simulation.availability import Availability
+    from testbed.simulation.vfaults import VirtualFaults
 
 #: Default of the named protocol-delay term, seconds per client and round (0: not modelled).
 PROTOCOL_DELAY_S = 0.0
@@ -42,24 +47,52 @@ class ClientModel:
     stretch : float
         Device time per second of measured host compute (>= 1).
     bandwidth_mbps : float or None
-        Link rate each way, 10**6 bit/s (None: unlimited).
-    latency_ms : float
-        One-way link latency, ms.
+        Link rate each way, 10**6 bit/s (None: unlimited), at virtual time 0.
+    latency_ms, jitter_ms, loss_pct : float
+        One-way latency (ms), its uniform jitter half-width (ms), segment loss (%).
+    schedule : sequence of (float, dict)
+        Later link states ``(at_s, LinkParams fields)`` (schedules, satellite passes).
+    tier : str
+        The node's tier (fault targets by tier).
     """
 
     stretch: float = 1.0
     bandwidth_mbps: float | None = None
     latency_ms: float = 0.0
+    jitter_ms: float = 0.0
+    loss_pct: float = 0.0
+    schedule: Sequence[tuple[float, Mapping[str, Any]]] = ()
+    tier: str = "edge"
+
+    @cached_property
+    def link(self) -> LinkTimeline:
+        """The link without faults."""
+        first = LinkParams(self.bandwidth_mbps, self.latency_ms, self.jitter_ms, self.loss_pct)
+        segs = [(0.0, first)] + [(float(t), LinkParams(**p)) for t, p in self.schedule]
+        return LinkTimeline(segs)
 
     def link_s(self, bytes_down: int, bytes_up: int) -> float:
-        """Virtual link time of one exchange, seconds (transfer both ways + 2 latencies)."""
-        transfer = 0.0
-        if self.bandwidth_mbps is not None:
-            transfer = (bytes_down + bytes_up) * 8 / (self.bandwidth_mbps * 1e6)
-        return transfer + 2 * self.latency_ms / 1000.0
+        """Virtual link time of one exchange at virtual 0 without jitter, seconds."""
+        return self.link.transfer(self.link.transfer(0.0, bytes_down), bytes_up)
 
 
 @dataclass(frozen=True)
+class Exchange:
+    """One client's exchange in a round on virtual time.
+
+    Attributes
+    ----------
+    seconds : float
+        ``virtual_client_s`` (INF: never completes, e.g. a link cut for good).
+    lost : str or None
+        Why the exchange is lost (the client went down), else None.
+    """
+
+    seconds: float
+    lost: str | None = None
+
+
+@dataclass
 class VirtualClock:
     """The model's parameters for a run.
 
@@ -70,109 +103,73 @@ class VirtualClock:
     deadline_s : float
         Round deadline on virtual time (``workload.fl.round_timeout_s``), seconds.
     protocol_delay_s : float
-        Added to every client's round time, seconds.
+        Added to every client's exchange, seconds.
+    seed : int
+        Seeds the jitter draws (one generator per round and client).
+    faults : VirtualFaults or None
+        The fault schedule on virtual time.
+    availability : Availability or None
+        The availability trace.
     """
 
     clients: Mapping[str, ClientModel]
     deadline_s: float
     protocol_delay_s: float = PROTOCOL_DELAY_S
+    seed: int = 0
+    faults: VirtualFaults | None = None
+    availability: Availability | None = None
+    _links: dict[str, LinkTimeline] = field(default_factory=dict)
+
+    def model(self, name: str) -> ClientModel:
+        return self.clients.get(name) or ClientModel()
 
     def client_s(self, name: str, compute_s: float, bytes_down: int, bytes_up: int) -> float:
-        """Virtual time of one client's exchange in a round, seconds."""
-        c = self.clients.get(name, ClientModel())
-        return compute_s * c.stretch + c.link_s(bytes_down, bytes_up) + self.protocol_delay_s
+        """Virtual time of one exchange at virtual 0, round 1 (no faults), seconds."""
+        return self.exchange(name, 0, 1, 0.0, compute_s, bytes_down, bytes_up).seconds
 
+    def link(self, name: str) -> LinkTimeline:
+        """The client's link with the faults' changes so far."""
+        base = self.model(name).link
+        fs = self.faults.state.get(name) if self.faults else None
+        changes = fs.overrides if fs else []
+        if not changes:
+            return base
+        key = f"{name}/{len(changes)}"
+        if key not in self._links:
+            segs = list(zip(base.starts, base.params, strict=True))
+            self._links[key] = LinkTimeline(segs, changes)
+        return self._links[key]
 
-def _scalar(msg: Message, key: str, default: float) -> float:
-    """A scalar metric of a reply (``default`` if absent)."""
-    recs = msg.content.metric_records
-    if "metrics" not in recs or key not in recs["metrics"]:
-        return default
-    value = recs["metrics"][key]
-    return float(value) if isinstance(value, int | float) else default
+    def exchange(
+        self, name: str, pid: int, rnd: int, start: float, compute_s: float, down: int, up: int
+    ) -> Exchange:
+        """Client ``name`` (partition ``pid``) exchanging in round ``rnd`` from ``start``.
 
+        Parameters
+        ----------
+        compute_s : float
+            Measured host compute, seconds.
+        down, up : int
+            Payload bytes of the message and of its reply.
+        """
+        c = self.model(name)
+        fs = self.faults.state.get(name) if self.faults else None
+        rng = np.random.default_rng([self.seed, rnd, pid])
+        link = self.link(name)
+        t = link.transfer(start, down, rng)
+        work = compute_s * c.stretch * (fs.slowdown(rnd) if fs else 1.0)
+        t = advance_compute(fs.frozen, t, work) if fs else t + work
+        t = link.transfer(t, up, rng) + self.protocol_delay_s
+        lost = self.down_reason(name, start, min(t, start + 10 * self.deadline_s))
+        return Exchange(t - start, lost)
 
-def _payload(msg: Message) -> int:
-    """Array payload bytes of a message (0 without arrays)."""
-    from nodes.fl.task import array_nbytes  # torch: only in the simulation process
+    def down_reason(self, name: str, a: float, b: float) -> str | None:
+        """Why client ``name`` is down somewhere in virtual ``[a, b]`` (None: up)."""
+        fs = self.faults.state.get(name) if self.faults else None
+        why = fs.down_reason(a, b) if fs else None
+        if why is not None:
+            return why
+        if self.availability is not None:
+            return self.availability.down_reason(name, a, b)
+        return None
 
-    return sum(array_nbytes(a) for a in msg.content.array_records.values())
-
-
-class ClockedGrid:
-    """Decide every ``send_and_receive`` of a Grid on virtual time, and record it.
-
-    Installed on the grid instance (as ``tolerate_superlink_restarts`` does); the
-    ServerApp code is unchanged. Train replies come back when all arrived (or after
-    ``wall_cap_s``); each is timed on the virtual clock, and those past the deadline are
-    dropped. Records: ``virtual_client_s`` per (round, node), ``virtual_round_s`` per
-    round (slowest kept reply, or the deadline when one was dropped) and
-    ``virtual_time_s`` (cumulative, per round).
-    """
-
-    def __init__(
-        self, grid: Grid, clock: VirtualClock, names: list[str], tel: Telemetry, wall_cap_s: float
-    ) -> None:
-        self.clock, self.names, self.tel, self.wall_cap_s = clock, names, tel, wall_cap_s
-        self.elapsed_s = 0.0
-        self._inner: Callable[..., Iterable[Message]] = grid.send_and_receive
-        grid.send_and_receive = self.send_and_receive  # type: ignore[method-assign]
-
-    def send_and_receive(
-        self, messages: Iterable[Message], *, timeout: float | None = None
-    ) -> Iterable[Message]:
-        """Flower's call, with the deadline decided on virtual time."""
-        messages = list(messages)
-        if not messages or messages[0].metadata.message_type != MessageType.TRAIN:
-            return self._inner(messages, timeout=timeout)  # evaluation: wall as usual
-        down = {m.metadata.dst_node_id: _payload(m) for m in messages}
-        rnd = _round_of(messages)
-        replies = list(self._inner(messages, timeout=self.wall_cap_s))
-        kept, slowest = [], 0.0
-        for reply in replies:
-            vt = self._time(reply, down, rnd)
-            if vt is not None and vt > self.clock.deadline_s:
-                slowest = self.clock.deadline_s
-                self._identify(reply)  # its rows name the node, not node-<flower id>
-                continue
-            slowest = max(slowest, vt or 0.0)
-            kept.append(reply)
-        if len(replies) < len(messages):
-            slowest = self.clock.deadline_s
-        if rnd is not None:
-            self.elapsed_s += slowest
-            self.tel.metric("virtual_round_s", slowest, rnd)
-            self.tel.metric("virtual_time_s", self.elapsed_s, rnd)
-        return kept
-
-    def _identify(self, reply: Message) -> None:
-        """A ``node_identified`` event for a reply the strategy never sees, so the control
-        plane can name the rows the strategy records under the node's Flower id."""
-        pid = int(_scalar(reply, "partition-id", -1))
-        if 0 <= pid < len(self.names):
-            self.tel.event(
-                "node_identified", node=self.names[pid], node_id=str(reply.metadata.src_node_id)
-            )
-
-    def _time(self, reply: Message, down: dict[int, int], rnd: int | None) -> float | None:
-        """Virtual time of one reply (None for an error reply: the engine's own)."""
-        if reply.has_error():
-            return None
-        pid = int(_scalar(reply, "partition-id", -1))
-        name = self.names[pid] if 0 <= pid < len(self.names) else str(reply.metadata.src_node_id)
-        compute = _scalar(reply, "train-duration-s", 0.0)
-        vt = self.clock.client_s(
-            name, compute, down.get(reply.metadata.src_node_id, 0), _payload(reply)
-        )
-        if rnd is not None:
-            self.tel.metric("virtual_client_s", vt, rnd, name)
-        return vt
-
-
-def _round_of(messages: list[Message]) -> int | None:
-    """The ``server-round`` of a batch of messages (None when they carry none)."""
-    for m in messages:
-        cfg = m.content.config_records
-        if "config" in cfg and "server-round" in cfg["config"]:
-            return int(str(cfg["config"]["server-round"]))
-    return None

@@ -22,31 +22,91 @@ from flwr.app import Context, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from nodes.fl.telemetry import Telemetry
-from testbed.simulation.clock import ClientModel, ClockedGrid, VirtualClock
+from testbed.simulation.clock import ClientModel, VirtualClock
+from testbed.simulation.grid import ClockedGrid
 
 APP_DIR = Path(__file__).resolve().parents[2] / "nodes" / "fl" / "app"
 
+#: Flower node id -> partition id, captured when the Simulation Engine registers nodes.
+PARTITIONS: dict[int, int] = {}
 
-def clock_of(settings: dict[str, Any]) -> VirtualClock:
-    """The virtual clock described by the settings' ``clock`` section."""
-    c = settings["clock"]
-    clients = {name: ClientModel(**m) for name, m in c["clients"].items()}
-    return VirtualClock(clients, float(c["deadline_s"]), float(c["protocol_delay_s"]))
+
+def capture_partitions() -> None:
+    """Wrap Flower's node registration so the clock knows which node id is which client."""
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    register = vce_api._register_nodes
+    if getattr(register, "testbed_capture", False):
+        return
+
+    def _register_nodes(num_nodes: int, state_factory: Any) -> dict[int, int]:
+        mapping: dict[int, int] = register(num_nodes=num_nodes, state_factory=state_factory)
+        PARTITIONS.update(mapping)
+        return mapping
+
+    _register_nodes.testbed_capture = True  # type: ignore[attr-defined]
+    vce_api._register_nodes = _register_nodes
+
+
+def clock_of(settings: dict[str, Any], tel: Telemetry) -> VirtualClock:
+    """The virtual clock described by the settings' ``clock`` section, with its faults
+    and availability trace."""
+    from testbed.simulation.availability import Availability, load_trace
+    from testbed.simulation.vfaults import VirtualFaults
+    from testbed.spec.models import FaultSpec
+
+    c, names = settings["clock"], list(settings["names"])
+    models = [ClientModel(**m) for m in c["models"]]
+    clients = {name: models[i] for name, i in zip(names, c["model_of"], strict=True)}
+    faults = None
+    if c.get("faults"):
+        specs = [FaultSpec.model_validate(f) for f in c["faults"]]
+        out = str(settings["run_config"].get("artifact-dir", ""))
+        tiers = {n: clients[n].tier for n in names}
+        ctl = Path(out) / "controls" if out else None
+        faults = VirtualFaults(specs, tiers, int(c["seed"]), tel, ctl)
+    avail = None
+    if c.get("availability"):
+        a = c["availability"]
+        avail = Availability(load_trace(a["path"], a["format"]), names, float(a["time_scale"]))
+    return VirtualClock(
+        clients,
+        float(c["deadline_s"]),
+        float(c["protocol_delay_s"]),
+        int(c["seed"]),
+        faults,
+        avail,
+    )
 
 
 def clocked_server_app(settings: dict[str, Any]) -> ServerApp:
-    """The testbed's ServerApp ``main`` with the virtual clock installed on its grid."""
-    from nodes.fl.server_app import main as fl_main
+    """The testbed's ServerApp ``main`` with the virtual clock installed on its grid.
+
+    The clock is armed (sampling leaves out down clients) once the ServerApp has waited
+    for its fleet: when it picks its starting point (``_starting_point``), right before
+    the strategy's first round.
+    """
+    from nodes.fl import server_app as fl
 
     app = ServerApp()
-    clock = clock_of(settings)
     names = list(settings["names"])
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         tel = Telemetry(str(context.run_config.get("telemetry-path", "")) or None)
-        ClockedGrid(grid, clock, names, tel, float(settings["wall_cap_s"]))
-        fl_main(grid, context)
+        clock = clock_of(settings, tel)
+        clocked = ClockedGrid(grid, clock, names, tel, float(settings["wall_cap_s"]), PARTITIONS)
+        starting_point = fl._starting_point
+
+        def armed(*args: Any, **kwargs: Any) -> Any:
+            clocked.arm()
+            return starting_point(*args, **kwargs)
+
+        fl._starting_point = armed
+        try:
+            fl.main(grid, context)
+        finally:
+            fl._starting_point = starting_point
 
     return app
 
@@ -75,7 +135,12 @@ def run(settings: dict[str, Any]) -> None:
     from flwr.simulation.run_simulation import _run_simulation
     from flwr.supercore.telemetry import EventType
 
-    from nodes.fl.client_app import app as client_app
+    from testbed.simulation.client import app as client_app
+
+    server_app = clocked_server_app(settings)
+    if settings.get("bare"):  # bench/simulation.py's baseline: the apps, no clock
+        from nodes.fl.client_app import app as client_app
+        from nodes.fl.server_app import app as server_app
 
     run_config = settings["run_config"]
     flwr_run = simulation_run(int(settings["run_id"]), run_config)
@@ -86,16 +151,22 @@ def run(settings: dict[str, Any]) -> None:
         state=RecordDict(),
         run_config=dict(run_config),
     )
+    init: dict[str, Any] = {"include_dashboard": False}
+    if settings.get("ray_address"):
+        init["address"] = settings["ray_address"]
+    else:
+        init["num_cpus"] = int(settings["num_cpus"])
     backend_config: Any = {
         "client_resources": {"num_cpus": float(settings["client_cpus"]), "num_gpus": 0.0},
-        "init_args": {"num_cpus": int(settings["num_cpus"]), "include_dashboard": False},
+        "init_args": init,
     }
+    capture_partitions()
     try:
         _run_simulation(
             num_supernodes=len(settings["names"]),
             exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
             client_app=client_app,
-            server_app=clocked_server_app(settings),
+            server_app=server_app,
             backend_config=backend_config,
             server_app_context=context,
             app_dir=str(APP_DIR),

@@ -26,6 +26,7 @@ from nodes.fl.config import FLSpec
 from nodes.frozen import Frozen
 from radio.config import SemanticMuxSpec
 from testbed.functions.config import FunctionsSpec
+from testbed.simulation.config import SimulationSpec
 from testbed.space.config import SpaceSpec
 from testbed.spec.catalog import CATALOG, DeviceProfile
 
@@ -132,6 +133,17 @@ class NodeSpec(Frozen):
     profile: str | DeviceProfile = "host"
     count: int = Field(1, ge=1, le=MAX_FLEET_NODES)
     role: Literal["server", "client", "none"] | None = None
+    profile_mix: dict[str, float] = Field(
+        default_factory=dict,
+        description="replicas draw their profile from these weights (seeded); replaces profile",
+    )
+
+    @field_validator("profile_mix")
+    @classmethod
+    def _weights(cls, v: dict[str, float]) -> dict[str, float]:
+        if v and (any(w < 0 for w in v.values()) or sum(v.values()) <= 0):
+            raise ValueError("profile weights must be >= 0 with a positive sum")
+        return v
 
     @field_validator("id")
     @classmethod
@@ -381,6 +393,7 @@ class Experiment(Frozen):
     faults: list[FaultSpec] = Field(default_factory=list)
     space: SpaceSpec | None = None
     sweep: SweepSpec = SweepSpec()
+    simulation: SimulationSpec | None = None  # read by --backend simulation only
 
     @model_validator(mode="after")
     def _references(self) -> Experiment:
@@ -413,6 +426,12 @@ class Experiment(Frozen):
                     f"fleet.nodes.{i}.profile: unknown profile {n.profile!r}; "
                     f"choose one of {sorted(catalog)} or define it under profiles"
                 )
+            errors += [
+                f"fleet.nodes.{i}.profile_mix.{p}: unknown profile; choose one of "
+                f"{sorted(catalog)} or define it under profiles"
+                for p in n.profile_mix
+                if p not in catalog
+            ]
         dup = sorted(x for x, k in Counter(names).items() if k > 1)
         if dup:
             errors.append(f"fleet.nodes: duplicate node names {dup}")

@@ -9,6 +9,7 @@ Its sweep report is the failure study (:mod:`testbed.failure_study`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Mapping
@@ -111,6 +112,8 @@ class FlRun:
         )
         for name, lim in self.backend.node_limits().items():
             store.add_event(ctx.run_id, "node_limits", node=name, **lim)
+        if getattr(self.backend, "decides_faults", False):  # simulation: on virtual time
+            plan = dataclasses.replace(plan, faults=())
         self.chaos = ChaosEngine(plan, self.backend, store, ctx.run_id, plan.seed)
         self.chaos.start()
         self.backend.start_schedules()

@@ -32,10 +32,29 @@ def test_netem_links_are_refused(tmp_path: Path) -> None:
 
 
 def test_fault_that_cannot_be_simulated_is_refused(tmp_path: Path) -> None:
-    fault = "faults:\n  - {kind: crash, node: edge-1, at_round: 2}\n"
+    fault = (
+        "faults:\n  - {kind: crash, node: edge-1, at_round: 2}\n"
+        "  - {kind: superlink-restart, at_round: 2}\n"
+    )
     code, text = _run(tmp_path, QUICKSTART + fault)
     assert code == 2, text
-    assert "faults[0].kind" in text and "crash" in text
+    assert "faults[1].kind" in text and "superlink-restart" in text
+
+
+def test_missing_availability_trace_is_refused(tmp_path: Path) -> None:
+    extra = "simulation:\n  availability: {path: /nonexistent/trace.csv}\n"
+    code, text = _run(tmp_path, QUICKSTART + extra)
+    assert code == 2, text
+    assert "simulation.availability.path" in text and "no such file" in text
+
+
+def test_ray_address_needs_the_simulation_backend(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(QUICKSTART)
+    out = tmp_path / "runs"
+    args = ["run", str(spec), "--ray-address", "127.0.0.1:1", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "--ray-address" in result.output + (result.stderr or "")
 
 
 def test_missing_ray_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,227 @@
+"""``--backend simulation`` at scale, against bare Flower's Simulation Engine, in ONE run.
+
+1. Same app, same clients: bare Flower (``_run_simulation`` with the testbed's own
+   ServerApp and ClientApp, no virtual clock, no control plane) vs ours
+   (``run_experiment(..., backend="simulation")``: clock, faults engine, store).
+   Wall seconds per round = gaps between the ServerApp's ``round_end`` records
+   (rounds 2.., so Ray's start-up is not in it); ratio ours / bare (goal <= 1.2).
+2. 1,000 clients, all sampled: wall s per round (goal <= 10 s on 2 cores).
+3. 10,000 clients registered, 100 sampled (``fraction_train: 0.01``): wall s per round
+   (goal <= 2 s) and peak memory of the whole run (simulation process tree with Ray's
+   workers, sampled by the control plane, + the control plane's own peak; goal <= 6 GB).
+
+    python bench/simulation.py [--rounds 3] [--same-clients 100] [--scale 1000,10000]
+    python bench/simulation.py --calibration   # docs/results/calibration.md's table
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from testbed.backends.simulation import SimulationBackend  # noqa: E402
+from testbed.planner import make_plan  # noqa: E402
+from testbed.runner import run_experiment  # noqa: E402
+from testbed.spec.loader import parse_spec  # noqa: E402
+from testbed.store import RunStore  # noqa: E402
+
+
+def spec_text(clients: int, rounds: int, fraction: float, dataset: str) -> str:
+    """A cross-device spec: ``clients`` edge nodes of a profile mix, mlp, one epoch."""
+    frac = (
+        f"\n    strategy: {{name: fedavg, params: {{fraction_train: {fraction}, "
+        f"fraction_evaluate: {fraction}}}}}"
+        if fraction < 1
+        else ""
+    )
+    return f"""\
+name: bench-sim-{clients}
+seed: 1
+fleet:
+  nodes:
+    - {{id: cloud, tier: cloud}}
+    - id: phone
+      tier: edge
+      count: {clients}
+      profile_mix: {{rpi5: 0.5, jetson-orin-nano: 0.3, host: 0.2}}
+links:
+  defaults:
+    edge-cloud: {{bandwidth_mbps: 20, latency_ms: 30, jitter_ms: 5}}
+workload:
+  fl:
+    rounds: {rounds}
+    local_epochs: 1
+    round_timeout_s: 600
+    model: {{name: mlp, width: 32}}
+    dataset: {dataset}{frac}
+"""
+
+
+def dataset_for(clients: int) -> str:
+    """Digits up to 100 clients; LEAF synthetic with ~25 samples per client beyond."""
+    if clients <= 100:
+        return "{name: digits}"
+    return f"{{name: synthetic, num_samples: {25 * clients}}}"
+
+
+def per_round(telemetry: Path) -> list[float]:
+    """Wall seconds between consecutive ``round_end`` records (round 2 onwards)."""
+    ends = [
+        r["t"]
+        for r in map(json.loads, telemetry.read_text().splitlines())
+        if r.get("kind") == "event" and r.get("name") == "round_end"
+    ]
+    return [b - a for a, b in zip(ends, ends[1:], strict=False)]
+
+
+def ours(text: str, work: Path) -> dict[str, Any]:
+    """The testbed on --backend simulation; per-round wall, total, peak memory."""
+    store = RunStore(work / "runs")
+    t0 = time.time()
+    res = run_experiment(parse_spec(text), store, spec_path="bench", backend="simulation")
+    wall = time.time() - t0
+    peak = {str(m.node): m.value for m in store.metrics(res.run_id, "peak_rss_mb")}
+    rounds = per_round(res.run_dir / "telemetry.jsonl")
+    return {
+        "status": res.status,
+        "wall_s": wall,
+        "rounds": rounds,
+        "round_s": statistics.median(rounds) if rounds else float("nan"),
+        "sim_peak_mb": peak.get("simulation", float("nan")),
+        "acc": res.summary.get("final_global_acc"),
+    }
+
+
+def bare(text: str, work: Path) -> dict[str, Any]:
+    """Bare Flower Simulation Engine: the same apps, run config and Ray settings."""
+    exp = parse_spec(text)
+    plan = make_plan(exp)
+    assert exp.workload.fl is not None
+    work.mkdir(parents=True, exist_ok=True)
+    tel = work / "telemetry.jsonl"
+    run_config = {
+        "fl-spec": exp.workload.fl.model_dump_json(),
+        "seed": plan.seed,
+        "node-names": json.dumps(plan.client_names()),
+        "telemetry-path": str(tel),
+        "artifact-dir": "",
+        "resume": 0,
+    }
+    settings = SimulationBackend(plan, work).settings(run_config) | {"bare": True}
+    (work / "simulation.json").write_text(json.dumps(settings))
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(ROOT))
+    t0 = time.time()
+    cmd = [sys.executable, "-m", "testbed.simulation.runner", str(work / "simulation.json")]
+    with open(work / "bare.log", "w") as log:
+        subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
+    rounds = per_round(tel)
+    return {"wall_s": time.time() - t0, "rounds": rounds, "round_s": statistics.median(rounds)}
+
+
+CALIBRATION = """\
+name: calibration
+seed: 11
+fleet:
+  nodes:
+    - {id: cloud, tier: cloud}
+    - {id: pi, tier: edge, profile: rpi5, count: 3}
+    - {id: jet, tier: edge, profile: jetson-orin-nano, count: 2}
+links:
+  defaults:
+    edge-cloud: {bandwidth_mbps: 20, latency_ms: 30}
+  nodes:
+    jet-2: {bandwidth_mbps: 5, latency_ms: 60}
+workload:
+  fl:
+    rounds: 5
+    local_epochs: 1
+    round_timeout_s: 60
+    protocol_timing: fast
+faults:
+  - {kind: straggler, node: pi-2, at_round: 2, factor: 3, rounds: 2}
+"""
+
+
+def calibration(work: Path) -> str:
+    """The same spec on local and simulation, same seed: a markdown table per round."""
+    store = RunStore(work / "runs")
+    res = {}
+    for backend in ("local", "simulation"):
+        r = run_experiment(parse_spec(CALIBRATION), store, spec_path="cal", backend=backend)
+        assert r.status == "completed", r.summary
+        res[backend] = r
+    measured = {
+        int(m.round): m.value
+        for m in store.metrics(res["local"].run_id, "round_duration_s")
+        if m.round is not None
+    }
+    virtual = {
+        int(m.round): m.value
+        for m in store.metrics(res["simulation"].run_id, "virtual_round_s")
+        if m.round is not None
+    }
+    rows = ["| round | measured (local) s | virtual (simulation) s | virtual / measured |"]
+    rows.append("|---|---|---|---|")
+    for r in sorted(measured):
+        v, m = virtual.get(r, float("nan")), measured[r]
+        rows.append(f"| {r} | {m:.2f} | {v:.2f} | {v / m:.2f} |")
+    acc = [res[b].summary.get("final_global_acc") for b in ("local", "simulation")]
+    rows.append(f"\nfinal global accuracy: local {acc[0]:.4f}, simulation {acc[1]:.4f}")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--same-clients", type=int, default=100)
+    ap.add_argument("--scale", default="1000,10000")
+    ap.add_argument("--calibration", action="store_true", help="only the calibration table")
+    args = ap.parse_args()
+    if args.calibration:
+        print(f"# load(1 min) at start {os.getloadavg()[0]:.2f}")
+        with tempfile.TemporaryDirectory(prefix="bench-cal-") as tmp:
+            print(calibration(Path(tmp)))
+        print(f"# load(1 min) at end {os.getloadavg()[0]:.2f}")
+        return
+    load = os.getloadavg()[0]
+    print(f"# bench/simulation.py  load(1 min) at start {load:.2f}, {os.cpu_count()} CPUs")
+    with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
+        work = Path(tmp)
+        n = args.same_clients
+        text = spec_text(n, args.rounds + 1, 1.0, dataset_for(n))
+        b = bare(text, work / "bare")
+        o = ours(text, work / "ours")
+        print(
+            f"same app, {n} clients, {args.rounds + 1} rounds: bare {b['round_s']:.2f} s/round "
+            f"(wall {b['wall_s']:.1f} s), ours {o['round_s']:.2f} s/round (wall "
+            f"{o['wall_s']:.1f} s); ratio {o['round_s'] / b['round_s']:.2f} (goal <= 1.2)"
+        )
+        for clients in (int(x) for x in args.scale.split(",") if x):
+            frac = 1.0 if clients <= 1000 else 100 / clients
+            text = spec_text(clients, args.rounds, frac, dataset_for(clients))
+            r = ours(text, work / f"scale-{clients}")
+            cp_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            sampled = int(clients * frac)
+            print(
+                f"{clients} clients, {sampled} sampled: {r['round_s']:.2f} s/round "
+                f"(rounds {[round(x, 2) for x in r['rounds']]}, wall {r['wall_s']:.1f} s, "
+                f"{r['status']}); peak memory: simulation tree {r['sim_peak_mb']:.0f} MB "
+                f"+ control plane {cp_mb:.0f} MB"
+            )
+    print(f"# load(1 min) at end {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""The ``simulation`` section of an experiment: read by ``--backend simulation`` only.
+
+::
+
+    simulation:
+      ray_address: 127.0.0.1:6379      # attach to a running Ray cluster (default: local)
+      num_cpus: 2                      # Ray CPUs of a local cluster
+      client_cpus: 1.0                 # Ray CPUs per ClientApp actor
+      protocol_delay_s: 0.0            # the clock's named protocol term, per exchange
+      availability:                    # per-client on/off trace (docs/simulation.md)
+        path: experiments/traces/availability_diurnal.csv
+        format: auto                   # intervals | fedscale | auto (by content)
+        time_scale: 1.0                # trace seconds per virtual second
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from nodes.frozen import Frozen
+
+
+class AvailabilitySpec(Frozen):
+    """A per-client availability trace on the virtual clock."""
+
+    path: str = Field(description="trace file (intervals CSV or FedScale-style JSON/pickle)")
+    format: Literal["auto", "intervals", "fedscale"] = "auto"
+    time_scale: float = Field(1.0, gt=0, description="trace seconds per virtual second")
+
+
+class SimulationSpec(Frozen):
+    """Settings of ``--backend simulation`` (ignored by the other backends)."""
+
+    ray_address: str | None = Field(
+        None, description="host:port of a running Ray cluster's head (ray start --head)"
+    )
+    num_cpus: int | None = Field(None, ge=1, description="CPUs of a local Ray (default 2)")
+    client_cpus: float = Field(1.0, gt=0, description="Ray CPUs per ClientApp actor")
+    protocol_delay_s: float = Field(0.0, ge=0, description="added to every client exchange")
+    availability: AvailabilitySpec | None = None

@@ -1,0 +1,196 @@
+"""The ServerApp's grid on virtual time: sampling, deadlines and late replies.
+
+:class:`ClockedGrid` is installed on the grid instance (as the ServerApp's own
+``tolerate_superlink_restarts`` is); the ServerApp's code is unchanged:
+
+* ``get_node_ids`` (once armed, i.e. after the ServerApp's wait for its fleet) leaves
+  out the clients that are down at the current virtual time, so the strategy does not
+  sample them (the store says ``excluded``, as for a node the SuperLink does not list);
+* ``send_and_receive`` of a train round times every reply on the virtual clock
+  (:class:`testbed.simulation.clock.VirtualClock`): a reply past the round deadline is
+  withheld (the recording strategy records ``failed``) and delivered by ``pull_messages``
+  once virtual time has passed its arrival (``late``, ``workload.fl.stale_updates``); a
+  reply of a client that went down during its exchange is withheld for good;
+* records ``virtual_client_s`` per (round, node), ``virtual_round_s`` (slowest kept
+  reply, or the deadline when one was withheld or missing) and ``virtual_time_s``
+  (cumulative), and drives the virtual faults (:mod:`testbed.simulation.vfaults`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from flwr.app import Message, MessageType
+from flwr.serverapp import Grid
+
+from nodes.fl.telemetry import Telemetry
+from testbed.simulation.clock import VirtualClock
+
+
+def _payload(msg: Message) -> int:
+    """Array payload bytes of a message (0 without arrays)."""
+    from nodes.fl.task import array_nbytes  # torch: only in the simulation process
+
+    return sum(array_nbytes(a) for a in msg.content.array_records.values())
+
+
+def _scalar(msg: Message, key: str, default: float) -> float:
+    """A scalar metric of a reply (``default`` if absent)."""
+    recs = msg.content.metric_records
+    if "metrics" not in recs or key not in recs["metrics"]:
+        return default
+    value = recs["metrics"][key]
+    return float(value) if isinstance(value, int | float) else default
+
+
+def _round_of(messages: list[Message]) -> int | None:
+    """The ``server-round`` of a batch of messages (None when they carry none)."""
+    for m in messages:
+        cfg = m.content.config_records
+        if "config" in cfg and "server-round" in cfg["config"]:
+            return int(str(cfg["config"]["server-round"]))
+    return None
+
+
+class ClockedGrid:
+    """Decide a Grid's rounds on virtual time, and record it.
+
+    Parameters
+    ----------
+    grid : Grid
+        The ServerApp's grid (its methods are replaced on the instance).
+    clock : VirtualClock
+        The model.
+    names : list of str
+        Client names by partition id.
+    tel : Telemetry
+        The run's telemetry.
+    wall_cap_s : float
+        Wall seconds a round waits for its replies at most.
+    partitions : mapping of int to int
+        Flower node id -> partition id (from the Simulation Engine's registration).
+    """
+
+    def __init__(
+        self,
+        grid: Grid,
+        clock: VirtualClock,
+        names: list[str],
+        tel: Telemetry,
+        wall_cap_s: float,
+        partitions: Mapping[int, int],
+    ) -> None:
+        self.clock, self.names, self.tel, self.wall_cap_s = clock, names, tel, wall_cap_s
+        self.partitions = partitions
+        self.elapsed_s = 0.0
+        self.armed = False
+        self.started = 0  # last round begun on the clock
+        self.ended = 0  # last round ended on the clock
+        self.withheld: dict[str, tuple[float, Message]] = {}  # reply-to id -> (arrival, reply)
+        self._send: Callable[..., Iterable[Message]] = grid.send_and_receive
+        self._ids: Callable[[], Iterable[int]] = grid.get_node_ids
+        self._pull: Callable[[Iterable[str]], Iterable[Message]] = grid.pull_messages
+        grid.send_and_receive = self.send_and_receive  # type: ignore[method-assign]
+        grid.get_node_ids = self.get_node_ids  # type: ignore[method-assign]
+        grid.pull_messages = self.pull_messages  # type: ignore[method-assign]
+
+    def name_of(self, node_id: int) -> str:
+        """The client name of a Flower node id (``node-<id>`` if unknown)."""
+        pid = self.partitions.get(node_id, -1)
+        return self.names[pid] if 0 <= pid < len(self.names) else f"node-{node_id}"
+
+    def arm(self) -> None:
+        """From now on, sampling sees only the clients up at the current virtual time."""
+        self.armed = True
+
+    def get_node_ids(self) -> Iterable[int]:
+        """Flower's call: the registered nodes, less those down now (once armed)."""
+        ids = list(self._ids())
+        if not self.armed:
+            return ids
+        self._begin(self.ended + 1)  # (sampling for the next round happens now)
+        t = self.elapsed_s
+        return [i for i in ids if self.clock.down_reason(self.name_of(i), t, t) is None]
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """Flower's call: withheld replies whose virtual arrival has passed (late
+        replies), and the grid's own for the other ids (its ``send_and_receive`` polls
+        through here)."""
+        out, rest = [], []
+        for mid in message_ids:
+            arrival, reply = self.withheld.get(mid, (float("inf"), None))
+            if reply is None:
+                rest.append(mid)
+            elif arrival <= self.elapsed_s:
+                out.append(reply)
+                del self.withheld[mid]
+        return out + (list(self._pull(rest)) if rest else [])
+
+    def _begin(self, rnd: int) -> None:
+        if rnd > self.started:
+            self.started = rnd
+            if self.clock.faults is not None:
+                self.clock.faults.round_started(rnd, self.elapsed_s, self.clock.deadline_s)
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterable[Message]:
+        """Flower's call, with the deadline decided on virtual time."""
+        messages = list(messages)
+        rnd = _round_of(messages)
+        if not messages or messages[0].metadata.message_type != MessageType.TRAIN or rnd is None:
+            return self._send(messages, timeout=timeout)  # evaluation: wall as usual
+        self._begin(rnd)
+        sizes: dict[int, int] = {}
+        down = {m.metadata.dst_node_id: _cached(sizes, m) for m in messages}
+        replies = list(self._send(messages, timeout=self.wall_cap_s))
+        kept, slowest = [], 0.0
+        for reply in replies:
+            vt = self._time(reply, down, rnd)
+            if vt is None or vt <= self.clock.deadline_s:
+                slowest = max(slowest, vt or 0.0)
+                kept.append(reply)
+            else:
+                slowest = self.clock.deadline_s
+        if len(replies) < len(messages):
+            slowest = self.clock.deadline_s
+        self.elapsed_s += slowest
+        self.ended = rnd
+        self.tel.metric("virtual_round_s", slowest, rnd)
+        self.tel.metric("virtual_time_s", self.elapsed_s, rnd)
+        if self.clock.faults is not None:
+            self.clock.faults.round_ended(rnd, self.elapsed_s)
+        return kept
+
+    def _time(self, reply: Message, down: dict[int, int], rnd: int) -> float | None:
+        """Virtual seconds of one reply (None for an error reply: the engine's own); a
+        reply past the deadline or of a client that went down is withheld."""
+        if reply.has_error():
+            return None
+        src = reply.metadata.src_node_id
+        pid = self.partitions.get(src, int(_scalar(reply, "partition-id", -1)))
+        name = self.names[pid] if 0 <= pid < len(self.names) else f"node-{src}"
+        start = self.elapsed_s
+        compute = _scalar(reply, "train-duration-s", 0.0)
+        ex = self.clock.exchange(name, pid, rnd, start, compute, down.get(src, 0), _payload(reply))
+        self.tel.metric("virtual_client_s", min(ex.seconds, 1e12), rnd, name)
+        if ex.lost is None and ex.seconds <= self.clock.deadline_s:
+            if self.clock.faults is not None:
+                self.clock.faults.completed(name, rnd, start + ex.seconds)
+            return ex.seconds
+        # the strategy never sees it: name its rows (node-<flower id>) after the node
+        self.tel.event("node_identified", node=name, node_id=str(src))
+        if ex.lost is None:  # late: delivered once virtual time passes its arrival
+            self.withheld[reply.metadata.reply_to_message_id] = (start + ex.seconds, reply)
+            return ex.seconds
+        self.tel.event("exchange_lost", round=rnd, node=name, reason=ex.lost)
+        return float("inf")  # never answers: the round waits for its deadline
+
+
+def _cached(sizes: dict[int, int], msg: Message) -> int:
+    """Payload bytes of ``msg``, computed once per shared content."""
+    key = id(msg.content)
+    if key not in sizes:
+        sizes[key] = _payload(msg)
+    return sizes[key]
+

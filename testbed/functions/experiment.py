@@ -40,7 +40,6 @@ import numpy as np
 from nodes.functions.identifier import MODES, identify_file
 from nodes.functions.worker import import_function, request_maker, worker_env
 from nodes.functions.workloads import module_path
-from testbed.chaos import ChaosEngine
 from testbed.functions.arrivals import make_arrivals
 from testbed.functions.config import FunctionSpec, FunctionsSpec
 from testbed.functions.load import (
@@ -79,6 +78,28 @@ def origin_links(exp: Experiment, origin: str) -> dict[str, tuple[str, Any, Link
         name: (spec.tier, exp.profile_of(spec), exp.links.for_node(name, spec, origin))
         for spec in exp.fleet.nodes
         for name in spec.names()
+    }
+
+
+def function_sites(ctx: RunContext) -> dict[str, tuple[str, Any, LinkSpec]]:
+    """``{node: (tier, profile, its link)}`` of the nodes the functions run on (all
+    unless ``workload.functions.nodes``); GPU slots that other workloads of the run hold
+    (``gpu_slots``) are taken out of the node's profile."""
+    held: dict[str, int] = {}
+    for section in ctx.experiment.workload.sections:
+        if section != "functions":
+            for node, k in getattr(
+                ctx.experiment.workload.model_for(section), "gpu_slots", {}
+            ).items():
+                held[node] = held.get(node, 0) + k
+    return {
+        n.name: (
+            n.tier,
+            n.profile.model_copy(update={"gpu_slots": n.profile.gpu_slots - held.get(n.name, 0)}),
+            n.uplink,
+        )
+        for n in ctx.plan.nodes
+        if "functions" in n.workloads
     }
 
 
@@ -178,7 +199,7 @@ def prepare(ctx: RunContext) -> Prepared:
     def metric(name: str, value: float, fn: str, step: int | None = None, **tags: Any) -> None:
         ctx.metric({"name": name, "value": value, "node": fn, "step": step, "tags": tags})
 
-    sites = origin_links(ctx.experiment, spec.origin)
+    sites = function_sites(ctx)
     paths, modes, reasons = identify(fns, metric)
     cal, gflops = calibrate_all(fns, paths, ctx)
     arrivals = arrivals_of(spec, ctx.seed)
@@ -277,7 +298,7 @@ def run_functions(ctx: RunContext) -> dict[str, Any]:
         nodes = start_nodes(backend, prep, ctx)
         backend.start_schedules()
         deploy(prep, nodes, metric)
-        chaos = ChaosEngine(ctx.plan, backend, ctx.store, ctx.run_id, ctx.seed)
+        chaos = ctx.chaos_engine(backend)
         chaos.start()  # the fleet is ready when its functions are: at_time_s counts from here
         load = LoadRun(load_plan(prep), nodes, prep.slots_free(), metric, ctx.progress, chaos.tick)
         wall_load = load.run()

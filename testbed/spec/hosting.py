@@ -84,7 +84,7 @@ def hosting_errors(exp: Experiment, names: list[str]) -> list[str]:
         mine = set(names)
         if m.nodes is not None and exp.fleet is not None:
             mine = set(expand_names(m.nodes, exp.fleet))
-        pinned = getattr(m, "pinned_nodes", list)()
+        pinned: list[tuple[str, str]] = getattr(m, "pinned_nodes", list)()
         refs = [(f"gpu_slots.{node}", node) for node in m.gpu_slots] + pinned
         errors += [
             f"workload.{s}.{path}: node {node!r} is not one of this workload's "

@@ -108,7 +108,7 @@ class FlRun:
         store.add_event(ctx.run_id, "fleet_ready", superlink_port=self.backend.superlink_port)
         for name, lim in self.backend.node_limits().items():
             store.add_event(ctx.run_id, "node_limits", node=name, **lim)
-        self.chaos = ChaosEngine(plan, self.backend, store, ctx.run_id, plan.seed)
+        self.chaos = ctx.chaos_engine(self.backend)
         self.chaos.start()
         self.backend.start_schedules()
         space = self.backend.space_model()

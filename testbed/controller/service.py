@@ -363,6 +363,18 @@ class Controller:
         )
         return {**fleet, "run_id": run.run_id}
 
+    def timeline(self, run_id: str) -> dict[str, Any]:
+        """Every workload's key metric and every event of a run on one time axis, and
+        the workloads each node hosts (:mod:`testbed.controller.timeline`)."""
+        from testbed.controller.timeline import run_timeline
+        from testbed.workloads import sections_of_spec
+
+        run = self._run(run_id)
+        plan = self.plan_of(run)
+        hosts = {n.name: list(n.workloads) for n in plan.nodes}
+        sections = sections_of_spec(self._spec_dict(run))
+        return run_timeline(self.store, run.run_id, sections, hosts)
+
     def metrics_csv(self, run_id: str) -> tuple[str, str]:
         run = self._run(run_id)
         return run.run_id, self.store.metrics_frame(run.run_id).to_csv(index=False)

@@ -161,6 +161,12 @@ class Workload(Protocol):
         The pydantic model of that section.
     page : Page or None
         Its dashboard page (None: the generic pages suffice).
+
+    A class may also set ``key_metrics`` (a tuple of metric names): the Timeline page
+    draws those of its rows beside the other workloads' and the run's events. A fleet
+    workload's section model derives from :class:`nodes.hosting.Hosted` (``nodes``,
+    ``gpu_slots``) so that it can share a run with others; it gets its backend from
+    ``ctx.make_backend()`` and its chaos engine from ``ctx.chaos_engine(backend)``.
     """
 
     section: ClassVar[str]

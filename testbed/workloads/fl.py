@@ -245,6 +245,7 @@ class FederatedLearning:
     section = "fl"
     spec_model = FLSpec
     page = None  # the Live run, Chaos and Results pages are FL's
+    key_metrics = ("global_acc", "round_duration_s")  # (the Timeline page draws these)
 
     def run(self, ctx: RunContext) -> dict[str, Any]:
         backend = ctx.make_backend()

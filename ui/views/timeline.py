@@ -1,0 +1,109 @@
+"""The Timeline page's parts: one chart per workload key metric over a shared time axis
+with the run's events as rules across all of them, the event list, and the hosts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from ui import charts, client
+
+#: Events drawn as rules on the charts (the others are listed only).
+MARKED = (
+    "fault_injected",
+    "node_down",
+    "node_restarted",
+    "node_rejoined",
+    "link_changed",
+    "link_degraded",
+    "link_restored",
+    "link_partitioned",
+    "round_end",
+)
+
+
+def frames(tl: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(metrics, events) of a timeline as data frames (columns even when empty)."""
+    m = pd.DataFrame(tl["metrics"], columns=["t_s", "workload", "name", "node", "round", "value"])
+    e = pd.DataFrame(tl["events"], columns=["t_s", "kind", "node", "round", "workload", "detail"])
+    e["workload"] = e["workload"].fillna("fleet")
+    e["category"] = e["kind"].map(charts.event_category)
+    return m, e
+
+
+def chart(metrics: pd.DataFrame, events: pd.DataFrame, t_max: float) -> dict[str, Any]:
+    """Vega-Lite: one panel per (workload, metric), stacked on one time axis; the
+    marked events are rules on every panel."""
+    x = {"field": "t_s", "type": "quantitative", "title": "s after the fleet was ready",
+         "scale": {"domain": [min(0.0, float(events["t_s"].min() or 0)), t_max]}}  # fmt: skip
+    rules = events[events["kind"].isin(MARKED)]
+    panels = []
+    for (wl, name), rows in metrics.groupby(["workload", "name"], sort=False):
+        series = rows.assign(series=rows["node"].fillna(wl).astype(str))
+        panels.append(
+            {
+                "title": f"{wl}: {name}",
+                "height": 150,
+                "width": "container",
+                "layer": [
+                    {
+                        "data": {"values": series.to_dict("records")},
+                        "mark": {"type": "line", "point": True, "interpolate": "step-after"}
+                        if name in ("on_gpu",)
+                        else {"type": "point", "filled": True, "size": 18},
+                        "encoding": {
+                            "x": x,
+                            "y": {"field": "value", "type": "quantitative", "title": name},
+                            "color": {"field": "series", "type": "nominal",
+                                      "legend": {"title": None, "orient": "right"}},  # fmt: skip
+                            "tooltip": ["series", "t_s", "value", "round"],
+                        },
+                    },
+                    {
+                        "data": {"values": rules.to_dict("records")},
+                        "mark": {"type": "rule", "strokeDash": [4, 3], "opacity": 0.6},
+                        "encoding": {
+                            "x": x,
+                            "stroke": {"field": "kind", "type": "nominal",
+                                       "legend": {"title": "event"}},  # fmt: skip
+                            "tooltip": ["kind", "node", "t_s", "detail"],
+                        },
+                    },
+                ],
+            }
+        )
+    return {"vconcat": panels, "resolve": {"scale": {"color": "independent"}}}
+
+
+def hosts_table(tl: dict[str, Any]) -> pd.DataFrame:
+    """One row per node: the workloads it hosts."""
+    return pd.DataFrame(
+        [{"node": n, "workloads": " + ".join(w) or "-"} for n, w in tl["hosts"].items()]
+    )
+
+
+def draw(run_id: str, running: bool) -> None:
+    """The whole page body for one run (redrawn every 2 s while it runs)."""
+
+    def body() -> None:
+        tl = client.timeline(run_id)
+        metrics, events = frames(tl)
+        names = ", ".join(
+            f"{w['section']} ({', '.join(w['key_metrics']) or 'no key metrics'})"
+            for w in tl["workloads"]
+        )
+        st.caption(f"workloads: {names} · {len(events)} events · {len(metrics)} metric rows")
+        if metrics.empty:
+            st.info("No key-metric rows yet.")
+        else:
+            t_max = float(max(metrics["t_s"].max(), events["t_s"].max() if len(events) else 0))
+            st.vega_lite_chart(chart(metrics, events, t_max), width="stretch")
+        st.subheader("Events")
+        shown = events[events["kind"] != "round_end"]
+        st.table(shown[["t_s", "kind", "node", "workload", "detail"]].round({"t_s": 1}))
+        st.subheader("Which workloads each node hosts")
+        st.table(hosts_table(tl))
+
+    st.fragment(body, run_every=2.0 if running else None)()

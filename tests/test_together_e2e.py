@@ -77,4 +77,8 @@ def test_fl_and_functions_share_a_fleet_and_a_node_outage(tmp_path: Path) -> Non
     assert ok_before and errors
     assert min(r.ts for r in errors) >= down.ts - 5.0  # the kill takes a moment
     assert back.ts > down.ts
+    # ... and recovered: the restarted node's runtime got the function again and answered
+    redeployed = [r for r in fn if r.name == "cold_start_s" and r.tags.get("phase") == "redeploy"]
+    assert redeployed and redeployed[0].ts > back.ts
+    assert any(r.name == "e2e_ms" and r.ts > redeployed[0].ts for r in fn)
     assert processes_under(tmp_path) == []

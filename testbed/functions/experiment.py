@@ -26,6 +26,7 @@ The run summary (:mod:`testbed.functions.summary`) is read back from the store.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -244,16 +245,23 @@ def read_port_file(path: Path, timeout_s: float = START_TIMEOUT_S) -> dict[str, 
     return info
 
 
+def deploy_one(
+    prep: Prepared, nodes: dict[str, FunctionNode], name: str, backend: str | None = None
+) -> dict[str, Any]:
+    """Deploy function ``name`` on its node, on ``backend`` (default: its placement's)."""
+    fn = next(f for f in prep.spec.functions if f.name == name)
+    pl = prep.placements[name]
+    warmup = request_maker(import_function(prep.paths[name]))(dict(fn.request), 0)
+    body = {"module": str(prep.paths[name]), "backend": backend or pl.backend, "warmup": warmup}
+    return http_call(nodes[pl.node].port, "POST", f"/deploy/{name}", body, START_TIMEOUT_S * 3)
+
+
 def deploy(prep: Prepared, nodes: dict[str, FunctionNode], metric: Metric) -> None:
     """Step 4b: deploy every function on its node (its first backend's cold start)."""
     fns = list(prep.spec.functions)
 
     def one(fn: FunctionSpec) -> dict[str, Any]:
-        pl = prep.placements[fn.name]
-        warmup = request_maker(import_function(prep.paths[fn.name]))(dict(fn.request), 0)
-        body = {"module": str(prep.paths[fn.name]), "backend": pl.backend, "warmup": warmup}
-        return http_call(nodes[pl.node].port, "POST", f"/deploy/{fn.name}", body,
-                         START_TIMEOUT_S * 3)  # fmt: skip
+        return deploy_one(prep, nodes, fn.name)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         cold = dict(zip([fn.name for fn in fns], pool.map(one, fns), strict=True))
@@ -300,7 +308,8 @@ def run_functions(ctx: RunContext) -> dict[str, Any]:
         deploy(prep, nodes, metric)
         chaos = ctx.chaos_engine(backend)
         chaos.start()  # the fleet is ready when its functions are: at_time_s counts from here
-        load = LoadRun(load_plan(prep), nodes, prep.slots_free(), metric, ctx.progress, chaos.tick)
+        load = LoadRun(load_plan(prep), nodes, prep.slots_free(), metric, ctx.progress,
+                       chaos.tick, functools.partial(deploy_one, prep, nodes))  # fmt: skip
         wall_load = load.run()
         stats = node_stats(nodes)
     finally:

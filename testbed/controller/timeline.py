@@ -82,11 +82,12 @@ def run_timeline(
         )
     tagged = store.event_workloads(run_id)
     drawn = [
-        {"t_s": e.ts - t0, "kind": e.kind, "node": e.node, "round": e.round,
+        {"t_s": _when(e, t0), "kind": e.kind, "node": e.node, "round": e.round,
          "workload": tagged.get(e.id), "detail": _detail(e)}  # fmt: skip
         for e in events
         if e.kind not in QUIET and e.kind not in ("round_start",)
     ]
+    drawn.sort(key=lambda e: e["t_s"])
     return {
         "run_id": run_id,
         "t0": t0,
@@ -95,6 +96,16 @@ def run_timeline(
         "metrics": metrics,
         "events": drawn,
     }
+
+
+def _when(e: EventRow, t0: float) -> float:
+    """Seconds after ``t0`` an event happened. A scheduled link change is recorded when
+    the run ends, with its time since the schedules started (``t_s``, at fleet ready)."""
+    if e.kind == "link_changed":
+        t_s = e.data_dict.get("t_s")
+        if isinstance(t_s, int | float):
+            return float(t_s)
+    return e.ts - t0
 
 
 def _detail(e: EventRow) -> str:

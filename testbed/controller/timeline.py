@@ -87,7 +87,7 @@ def run_timeline(
         for e in events
         if e.kind not in QUIET and e.kind not in ("round_start",)
     ]
-    drawn.sort(key=lambda e: e["t_s"])
+    drawn.sort(key=lambda e: float(e["t_s"] or 0.0))
     return {
         "run_id": run_id,
         "t0": t0,

@@ -302,7 +302,7 @@ class LocalBackend:
     def _service_key(self, name: str) -> str:
         """The process key of a service on node ``name``: the name itself, or
         ``<name>.svc`` beside the node's SuperNode (another workload of the run)."""
-        if name not in self._cmds:
+        if name not in self._cmds and name not in self.procs.procs:  # (the SuperLink's)
             return name
         key = f"{name}.svc"
         self._beside.setdefault(name, []).append(key)
@@ -310,7 +310,8 @@ class LocalBackend:
 
     def processes_of(self, name: str) -> list[str]:
         """Process keys of node ``name``: its own and those of other workloads beside it."""
-        return [k for k in [name, *self._beside.get(name, [])] if k in self._cmds]
+        keys = [name, *self._beside.get(name, [])]
+        return [k for k in keys if k in self._cmds or k in self.procs.procs]
 
     def _service_links(self, names: list[str], ports: Mapping[str, int]) -> dict[str, int]:
         """A shaping proxy in front of each service node's server (none with

@@ -183,7 +183,10 @@ def run_together(ctx: RunContext, sections: list[str]) -> dict[str, Any]:
         finally:
             store.close()
 
-    threads = [threading.Thread(target=one, args=(s,), name=f"workload-{s}") for s in sections]
+    threads = [
+        threading.Thread(target=one, args=(s,), name=f"workload-{s}", daemon=True)
+        for s in sections
+    ]
     for t in threads:
         t.start()
     try:

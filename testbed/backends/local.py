@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -217,14 +217,18 @@ class LocalBackend:
         subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True, capture_output=True)
         return ns
 
-    def start_schedules(self) -> None:
+    def start_schedules(
+        self, only: Collection[str] | None = None, t0: float | None = None
+    ) -> None:
         """Play time-varying links from now (called when the fleet is ready): a node's
-        own ``schedule``, or its passes over the ground stations (space tier)."""
-        t0 = time.monotonic()
+        own ``schedule``, or its passes over the ground stations (space tier). ``only``
+        and ``t0`` (a ``time.monotonic()`` origin): the links of nodes ``only``, on the
+        clock started at ``t0`` (a workload's links made after the others' started)."""
+        t0 = time.monotonic() if t0 is None else t0
         space = self.space_model()
         for node in self.plan.nodes:  # (the nodes of start_services may include a server)
             link = self._links.get(node.name)
-            if link is None:
+            if link is None or (only is not None and node.name not in only):
                 continue
             if space is not None and node.name in space.nodes:  # orbital passes
                 link.run_schedule(space.link_schedule(node.name), t0)

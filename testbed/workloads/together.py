@@ -85,9 +85,12 @@ class SharedFleet:
 
         self.ctx, self.users = ctx, users
         self.backend = get_backend(ctx.backend)(ctx.plan, ctx.run_dir, **dict(ctx.backend_options))
-        self.lock = threading.RLock()
+        self.lock = threading.RLock()  # flags and counts (held briefly)
+        self.start_lock = threading.Lock()  # the fleet's start (held while it starts)
+        self.services_lock = threading.Lock()  # one workload's services at a time
         self.store = ctx.store.tagged(None)  # the fleet's own rows (faults, links)
-        self.started = self.schedules = self.stopped = False
+        self.started = self.stopped = False
+        self.schedules_t0: float | None = None  # when the links' schedules started
         self.released = 0
         self._chaos: SharedChaos | None = None
         # a run with FL clients starts its SuperLink and SuperNodes before any service
@@ -101,26 +104,35 @@ class SharedFleet:
         return self
 
     def start(self, timeout_s: float = 60.0) -> None:
-        """Start the fleet (once)."""
-        with self.lock:
+        """Start the fleet (once; another workload's call waits until it is up)."""
+        with self.start_lock:
             if not self.started:
-                self.started = True
                 self.backend.start(timeout_s)
+                self.started = True
 
     def start_services(self, commands: Any, ports: Any, timeout_s: float = 60.0) -> Any:
         """Start a workload's services on its nodes, after the FL fleet is up (so that
-        they join the nodes' processes and links)."""
+        they join the nodes' processes and links); links made for them play their
+        schedules on the clock the others' started on."""
+        if self.starts:
+            self.start()
+        with self.services_lock:
+            before = set(self.backend.links)
+            reach = self.backend.start_services(commands, ports, timeout_s)
+            new = set(self.backend.links) - before
         with self.lock:
-            if self.starts:
-                self.start()
-            return self.backend.start_services(commands, ports, timeout_s)
+            if self.schedules_t0 is not None and new:
+                self.backend.start_schedules(only=new, t0=self.schedules_t0)
+        return reach
 
     def start_schedules(self) -> None:
         """Play the links' schedules from now (once)."""
+        import time
+
         with self.lock:
-            if not self.schedules:
-                self.schedules = True
-                self.backend.start_schedules()
+            if self.schedules_t0 is None:
+                self.schedules_t0 = time.monotonic()
+                self.backend.start_schedules(t0=self.schedules_t0)
 
     def chaos_engine(self) -> SharedChaos:
         """The run's one chaos engine."""
@@ -148,7 +160,7 @@ class SharedFleet:
             if self.stopped:
                 return
             self.stopped = True
-            counters = self.backend.link_counters() if self.started or self.schedules else {}
+            counters = self.backend.link_counters()
             try:
                 self.backend.stop()
             finally:

@@ -81,10 +81,16 @@ def test_timeline_and_fleet_show_both_workloads(controller: Controller, dashboar
         wait_text(page, "node_down", 30)
         wait_text(page, "outage for 4 s", 10)
         wait_text(page, "fl + functions", 10)  # edge-1 hosts both
-        # the chart: one panel per (workload, key metric), each titled in its SVG/canvas
-        page.wait_for_selector(".vega-embed", timeout=30_000)
-        panels = page.evaluate("document.querySelectorAll('.vega-embed').length")
-        assert panels == 1
+        # one chart per (workload, key metric) with rows, all drawn by Vega
+        for title in ("fl: global_acc", "fl: round_duration_s", "functions: e2e_ms",
+                      "functions: request_error", "functions: on_gpu"):  # fmt: skip
+            wait_text(page, title, 10)
+        charts = "[data-testid='stVegaLiteChart']"
+        page.wait_for_function(
+            f"document.querySelectorAll(\"{charts} canvas, {charts} svg\").length >= 5",
+            timeout=30_000,
+        )
+        assert page.evaluate(f"document.querySelectorAll(\"{charts}\").length") == 5
         page.screenshot(path=ARTIFACTS / "timeline.png", full_page=True)
         page.goto(f"{dashboard}/fleet")
         wait_text(page, run_id, 30)

@@ -33,48 +33,43 @@ def frames(tl: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
     return m, e
 
 
-def chart(metrics: pd.DataFrame, events: pd.DataFrame, t_max: float) -> dict[str, Any]:
-    """Vega-Lite: one panel per (workload, metric), stacked on one time axis; the
-    marked events are rules on every panel."""
+def panels(
+    metrics: pd.DataFrame, events: pd.DataFrame, domain: tuple[float, float]
+) -> list[tuple[str, dict[str, Any]]]:
+    """One Vega-Lite chart per (workload, key metric), all on the same time axis
+    (``domain``, s after the fleet was ready); the marked events are rules on each."""
     x = {"field": "t_s", "type": "quantitative", "title": "s after the fleet was ready",
-         "scale": {"domain": [min(0.0, float(events["t_s"].min() or 0)), t_max]}}  # fmt: skip
+         "scale": {"domain": list(domain)}}  # fmt: skip
     rules = events[events["kind"].isin(MARKED)]
-    panels = []
+    out = []
     for (wl, name), rows in metrics.groupby(["workload", "name"], sort=False):
         series = rows.assign(series=rows["node"].fillna(wl).astype(str))
-        panels.append(
-            {
-                "title": f"{wl}: {name}",
-                "height": 150,
-                "width": "container",
-                "layer": [
-                    {
-                        "data": {"values": series.to_dict("records")},
-                        "mark": {"type": "line", "point": True, "interpolate": "step-after"}
-                        if name in ("on_gpu",)
-                        else {"type": "point", "filled": True, "size": 18},
-                        "encoding": {
-                            "x": x,
-                            "y": {"field": "value", "type": "quantitative", "title": name},
-                            "color": {"field": "series", "type": "nominal",
-                                      "legend": {"title": None, "orient": "right"}},  # fmt: skip
-                            "tooltip": ["series", "t_s", "value", "round"],
-                        },
-                    },
-                    {
-                        "data": {"values": rules.to_dict("records")},
-                        "mark": {"type": "rule", "strokeDash": [4, 3], "opacity": 0.6},
-                        "encoding": {
-                            "x": x,
-                            "stroke": {"field": "kind", "type": "nominal",
-                                       "legend": {"title": "event"}},  # fmt: skip
-                            "tooltip": ["kind", "node", "t_s", "detail"],
-                        },
-                    },
-                ],
-            }
-        )
-    return {"vconcat": panels, "resolve": {"scale": {"color": "independent"}}}
+        step = name == "on_gpu"
+        points = {
+            "data": {"values": series.to_dict("records")},
+            "mark": {"type": "line", "point": True, "interpolate": "step-after"}
+            if step
+            else {"type": "point", "filled": True, "size": 18},
+            "encoding": {
+                "x": x,
+                "y": {"field": "value", "type": "quantitative", "title": name},
+                "color": {"field": "series", "type": "nominal", "legend": {"title": wl}},
+                "tooltip": ["series", "t_s", "value", "round"],
+            },
+        }
+        marks = {
+            "data": {"values": rules.to_dict("records")},
+            "mark": {"type": "rule", "strokeDash": [4, 3], "opacity": 0.7},
+            "encoding": {
+                "x": x,
+                "stroke": {"field": "kind", "type": "nominal", "legend": {"title": "event"}},
+                "tooltip": ["kind", "node", "t_s", "detail"],
+            },
+        }
+        spec = {"height": 150, "layer": [points, marks] if len(rules) else [points],
+                "resolve": {"scale": {"color": "independent"}}}  # fmt: skip
+        out.append((f"{wl}: {name}", spec))
+    return out
 
 
 def hosts_table(tl: dict[str, Any]) -> pd.DataFrame:
@@ -97,9 +92,11 @@ def draw(run_id: str, running: bool) -> None:
         st.caption(f"workloads: {names} · {len(events)} events · {len(metrics)} metric rows")
         if metrics.empty:
             st.info("No key-metric rows yet.")
-        else:
-            t_max = float(max(metrics["t_s"].max(), events["t_s"].max() if len(events) else 0))
-            st.vega_lite_chart(chart(metrics, events, t_max), width="stretch")
+        times = pd.concat([metrics["t_s"], events["t_s"]])
+        domain = (min(0.0, float(times.min())), float(times.max())) if len(times) else (0, 1)
+        for title, spec in panels(metrics, events, domain):
+            st.markdown(f"**{title}**")
+            st.vega_lite_chart(spec, width="stretch")
         st.subheader("Events")
         shown = events[events["kind"] != "round_end"]
         st.table(shown[["t_s", "kind", "node", "workload", "detail"]].round({"t_s": 1}))

@@ -33,6 +33,10 @@ def frames(tl: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
     return m, e
 
 
+def _tips(*fields: tuple[str, str]) -> list[dict[str, str]]:
+    return [{"field": f, "type": t} for f, t in fields]
+
+
 def panels(
     metrics: pd.DataFrame, events: pd.DataFrame, domain: tuple[float, float]
 ) -> list[tuple[str, dict[str, Any]]]:
@@ -54,7 +58,8 @@ def panels(
                 "x": x,
                 "y": {"field": "value", "type": "quantitative", "title": name},
                 "color": {"field": "series", "type": "nominal", "legend": {"title": wl}},
-                "tooltip": ["series", "t_s", "value", "round"],
+                "tooltip": _tips(("series", "nominal"), ("t_s", "quantitative"),
+                                 ("value", "quantitative"), ("round", "quantitative")),  # fmt: skip
             },
         }
         marks = {
@@ -63,7 +68,8 @@ def panels(
             "encoding": {
                 "x": x,
                 "stroke": {"field": "kind", "type": "nominal", "legend": {"title": "event"}},
-                "tooltip": ["kind", "node", "t_s", "detail"],
+                "tooltip": _tips(("kind", "nominal"), ("node", "nominal"),
+                                 ("t_s", "quantitative"), ("detail", "nominal")),  # fmt: skip
             },
         }
         spec = {"height": 150, "layer": [points, marks] if len(rules) else [points],

@@ -33,6 +33,11 @@ def frames(tl: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
     return m, e
 
 
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as JSON-safe dicts (NaN -> None)."""
+    return list(df.astype(object).where(df.notna(), None).to_dict("records"))
+
+
 def _tips(*fields: tuple[str, str]) -> list[dict[str, str]]:
     return [{"field": f, "type": t} for f, t in fields]
 
@@ -50,7 +55,7 @@ def panels(
         series = rows.assign(series=rows["node"].fillna(wl).astype(str))
         step = name == "on_gpu"
         points = {
-            "data": {"values": series.to_dict("records")},
+            "data": {"values": _records(series)},
             "mark": {"type": "line", "point": True, "interpolate": "step-after"}
             if step
             else {"type": "point", "filled": True, "size": 18},
@@ -63,7 +68,7 @@ def panels(
             },
         }
         marks = {
-            "data": {"values": rules.to_dict("records")},
+            "data": {"values": _records(rules)},
             "mark": {"type": "rule", "strokeDash": [4, 3], "opacity": 0.7},
             "encoding": {
                 "x": x,

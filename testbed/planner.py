@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from testbed.spec.catalog import DeviceProfile
+from testbed.spec.hosting import hosts
 from testbed.spec.models import Experiment, FaultSpec, LinkSpec, NodeSpec
 
 
@@ -20,6 +21,7 @@ class PlannedNode:
     partition_id: int | None
     uplink: LinkSpec
     protocol_timing: str = "flower"  # workload.fl.protocol_timing (nodes/fl/timing.py)
+    workloads: tuple[str, ...] = ()  # the workload sections that run on it
 
     def node_config(self, num_partitions: int) -> dict[str, object]:
         """Flower node config of a client node (its identity), plus the protocol timing
@@ -80,17 +82,27 @@ def profile_draws(exp: Experiment, spec: NodeSpec, seed: int) -> list[tuple[str,
 def make_plan(exp: Experiment, seed: int | None = None) -> Plan:
     """Resolve nodes (replicas, profiles, roles, partition ids) and their uplinks."""
     nodes: list[PlannedNode] = []
+    on = hosts(exp)
+    several = len(exp.workload.sections) > 1
     server_tier = "cloud"
-    if exp.workload.functions is not None:  # requests come from the origin: links lead there
-        server_tier = exp.workload.functions.origin
-    elif exp.fleet is not None:
-        server_tier = next((n.tier for n in exp.fleet.nodes if n.fl_role == "server"), "cloud")
+    if exp.workload.functions is not None and exp.workload.fl is None:
+        server_tier = exp.workload.functions.origin  # requests come from the origin
+    elif exp.fleet is not None:  # (with FL beside functions, links lead to its server)
+        server_tier = next(
+            (
+                n.tier
+                for n in exp.fleet.nodes
+                if n.fl_role == "server" and (not several or "fl" in on[n.names()[0]])
+            ),
+            "cloud",
+        )
     pid = 0
     timing = exp.workload.fl.protocol_timing if exp.workload.fl else "flower"
     for spec in exp.fleet.nodes if exp.fleet else []:
         drawn = profile_draws(exp, spec, exp.seed if seed is None else seed)
         for name, (pname, prof) in zip(spec.names(), drawn, strict=True):
-            role = spec.fl_role
+            # beside other workloads, a node FL does not run on has no FL role
+            role = spec.fl_role if not several or "fl" in on[name] else "none"
             link = exp.links.for_node(name, spec, server_tier)
             nodes.append(
                 PlannedNode(
@@ -102,6 +114,7 @@ def make_plan(exp: Experiment, seed: int | None = None) -> Plan:
                     pid if role == "client" else None,
                     link,
                     timing,
+                    on[name],
                 )
             )
             pid += role == "client"

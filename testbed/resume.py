@@ -149,8 +149,8 @@ def resume_run(store: RunStore, run_id: str, observer: Observer | None = None) -
     run_dir = store.artifact_dir(run.run_id)
     spec_file = run_dir / "spec.resolved.yaml"
     exp = parse_spec(spec_file.read_text(), str(spec_file))
-    if exp.workload.fl is None:
-        raise ResumeError(f"run {run.run_id}: only fl workloads are resumed")
+    if exp.workload.fl is None or len(exp.workload.sections) > 1:
+        raise ResumeError(f"run {run.run_id}: only runs of one fl workload are resumed")
     reaped = reap_run(run_dir)
     # the dead attempt's ServerApp may have checkpointed once more before it was reaped
     ckpt = load_checkpoint(run_dir) or ckpt

@@ -75,6 +75,18 @@ class TaggedMetricRow(NamedTuple):
     tags: dict[str, Any]
 
 
+class WorkloadMetricRow(NamedTuple):
+    """A metric with its time, its workload (None: the fleet's) and its tags."""
+
+    ts: float
+    round: int | None
+    node: str | None
+    name: str
+    value: float | None
+    workload: str | None
+    tags: dict[str, Any]
+
+
 class EventRow(NamedTuple):
     """A row of the ``events`` table; ``data`` is the JSON text of the event's fields."""
 

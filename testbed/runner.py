@@ -17,7 +17,7 @@ import yaml
 from testbed.planner import make_plan
 from testbed.spec.models import Experiment
 from testbed.store import RunStore
-from testbed.workloads import Observer, RunContext, section_of, workload
+from testbed.workloads import Observer, RunContext, workload
 
 __all__ = ["Observer", "RunResult", "run_experiment", "sweep_items", "sweep_id_of"]
 
@@ -131,7 +131,7 @@ def execute(ctx: RunContext) -> RunResult:
     t0 = time.time()
     status, summary = "failed", {}
     try:
-        summary = workload(section_of(ctx.experiment)).run(ctx)
+        summary = run_workloads(ctx)
         status = summary.pop("status", "completed")
     except KeyboardInterrupt:
         status, summary = "interrupted", {"reason": "interrupted by user (Ctrl-C)"}
@@ -150,6 +150,23 @@ def execute(ctx: RunContext) -> RunResult:
         if ctx.observer:
             ctx.observer.finished(result)
     return result
+
+
+def run_workloads(ctx: RunContext) -> dict[str, Any]:
+    """Run the spec's workload, or its several workloads together on one fleet
+    (:mod:`testbed.workloads.together`); every row is tagged with its workload."""
+    from dataclasses import replace
+
+    from testbed.workloads.together import run_together
+
+    sections = ctx.experiment.workload.sections
+    if len(sections) > 1:
+        return run_together(ctx, sections)
+    store = ctx.store.tagged(sections[0])
+    try:
+        return workload(sections[0]).run(replace(ctx, store=store, section=sections[0]))
+    finally:
+        store.close()
 
 
 def _reap_leftovers(ctx: RunContext, watchdog: Any) -> None:

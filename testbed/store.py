@@ -27,6 +27,7 @@ from testbed.rows import (
     StatusRow,
     TaggedMetricRow,
     TimedStatusRow,
+    WorkloadMetricRow,
 )
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ __all__ = [
     "StatusRow",
     "TaggedMetricRow",
     "TimedStatusRow",
+    "WorkloadMetricRow",
 ]
 
 SCHEMA = """
@@ -70,7 +72,8 @@ CREATE TABLE IF NOT EXISTS events (
     kind TEXT NOT NULL,
     round INTEGER,
     node TEXT,
-    data TEXT
+    data TEXT,
+    workload TEXT
 );
 CREATE TABLE IF NOT EXISTS metrics (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -80,7 +83,8 @@ CREATE TABLE IF NOT EXISTS metrics (
     node TEXT,
     name TEXT NOT NULL,
     value REAL,
-    tags TEXT
+    tags TEXT,
+    workload TEXT
 );
 CREATE TABLE IF NOT EXISTS round_status (
     run_id TEXT NOT NULL,
@@ -105,6 +109,16 @@ CREATE INDEX IF NOT EXISTS events_run ON events(run_id, id);
 RUN_STATES = ("running", "completed", "failed", "interrupted")
 
 
+def migrate_workload_column(db: sqlite3.Connection) -> None:
+    """Add the ``workload`` column to the metrics and events of a store written before
+    several workloads could share a run; its old rows keep NULL (readers take them as
+    the run's one workload)."""
+    for table in ("metrics", "events"):
+        cols = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+        if "workload" not in cols:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN workload TEXT")
+
+
 class RunStore:
     """The SQLite run store at ``root / 'testbed.db'``; artifacts at ``root / run_id``.
 
@@ -114,8 +128,9 @@ class RunStore:
         Output folder (default ``runs/``); created if missing.
     """
 
-    def __init__(self, root: str | Path = "runs") -> None:
+    def __init__(self, root: str | Path = "runs", workload: str | None = None) -> None:
         self.root = Path(root)
+        self.workload = workload
         self.root.mkdir(parents=True, exist_ok=True)
         self.path = self.root / "testbed.db"
         self._db = sqlite3.connect(
@@ -132,9 +147,15 @@ class RunStore:
             cols = {r[1] for r in self._db.execute("PRAGMA table_info(metrics)")}
             if "tags" not in cols:  # stores written before tags existed
                 self._db.execute("ALTER TABLE metrics ADD COLUMN tags TEXT")
+            migrate_workload_column(self._db)
 
     def close(self) -> None:
         self._db.close()
+
+    def tagged(self, workload: str | None) -> RunStore:
+        """A new connection to this store whose metric and event rows are tagged with
+        ``workload`` (a section of the spec's ``workload:``; None: the fleet's own)."""
+        return RunStore(self.root, workload)
 
     def artifact_dir(self, run_id: str) -> Path:
         return self.root / run_id
@@ -223,8 +244,17 @@ class RunStore:
         **data: Any,
     ) -> None:
         self._db.execute(
-            "INSERT INTO events (run_id, ts, kind, round, node, data) VALUES (?,?,?,?,?,?)",
-            (run_id, ts or time.time(), name, round, node, json.dumps(data, default=str)),
+            "INSERT INTO events (run_id, ts, kind, round, node, data, workload)"
+            " VALUES (?,?,?,?,?,?,?)",
+            (
+                run_id,
+                ts or time.time(),
+                name,
+                round,
+                node,
+                json.dumps(data, default=str),
+                self.workload,
+            ),
         )
 
     def add_metric(
@@ -238,10 +268,11 @@ class RunStore:
         ts: float | None = None,
         tags: dict[str, Any] | None = None,
     ) -> None:
-        """One metric value; ``tags`` (JSON) qualify it (e.g. scheme, SNR, kind)."""
+        """One metric value; ``tags`` (JSON) qualify it (e.g. scheme, SNR, kind); the row
+        is tagged with this connection's workload (:meth:`tagged`)."""
         self._db.execute(
-            "INSERT INTO metrics (run_id, ts, round, node, name, value, tags)"
-            " VALUES (?,?,?,?,?,?,?)",
+            "INSERT INTO metrics (run_id, ts, round, node, name, value, tags, workload)"
+            " VALUES (?,?,?,?,?,?,?,?)",
             (
                 run_id,
                 ts or time.time(),
@@ -250,6 +281,7 @@ class RunStore:
                 name,
                 float(value),
                 json.dumps(tags, default=str) if tags else None,
+                self.workload,
             ),
         )
 
@@ -426,6 +458,24 @@ class RunStore:
             (run_id,),
         ).fetchall()
         return [TaggedMetricRow(r, n, k, v, json.loads(t) if t else {}) for r, n, k, v, t in rows]
+
+    def workload_metrics(self, run_id: str) -> list[WorkloadMetricRow]:
+        """Rows ``(ts, round, node, name, value, workload, tags)`` of a run, in order
+        (``workload`` None: a fleet row, or a row of a store written before the tag)."""
+        rows = self._db.execute(
+            "SELECT ts, round, node, name, value, workload, tags FROM metrics WHERE run_id=?"
+            " ORDER BY id",
+            (run_id,),
+        ).fetchall()
+        return [
+            WorkloadMetricRow(ts, rnd, node, name, value, wl, json.loads(tags) if tags else {})
+            for ts, rnd, node, name, value, wl, tags in rows
+        ]
+
+    def event_workloads(self, run_id: str) -> dict[int, str | None]:
+        """Event id -> the workload that recorded it (None: the fleet's, or untagged)."""
+        rows = self._db.execute("SELECT id, workload FROM events WHERE run_id=?", (run_id,))
+        return {int(i): w for i, w in rows}
 
     def metrics_frame(self, run_id: str) -> pd.DataFrame:
         """All metrics of a run as a pandas DataFrame."""

@@ -25,6 +25,9 @@ pages = [
     st.Page("screens/live.py", title="Live run", icon=":material/monitoring:", url_path="live"),
     st.Page("screens/chaos.py", title="Chaos", icon=":material/bolt:", url_path="chaos"),
     st.Page("screens/results.py", title="Results", icon=":material/compare:", url_path="results"),
+    st.Page(
+        "screens/timeline.py", title="Timeline", icon=":material/timeline:", url_path="timeline"
+    ),
 ]
 # each workload's page, as its registered class names it (testbed.workloads), shown
 # once the store holds runs of it

@@ -72,7 +72,9 @@ def fleet_dot(fleet: dict[str, Any]) -> str:
                 continue
             colour = NODE_COLOURS.get(n["state"], "#ffffff")
             role = " (server)" if n["role"] == "server" else ""
+            hosts = " + ".join(n.get("workloads") or [])
             label = f"{n['name']}{role}\\n{n['profile']}\\n{n['state']}"
+            label += f"\\n[{hosts}]" if hosts else ""
             lines.append(f'    "{n["name"]}" [label="{label}", fillcolor="{colour}"];')
         lines.append("  }")
     layer = {t: i for i, t in enumerate(fleet["tiers"])}
@@ -101,6 +103,7 @@ def node_table(fleet: dict[str, Any]) -> pd.DataFrame:
             "detail": n.get("detail", ""),
             "tier": n["tier"],
             "role": n["role"],
+            "workloads": " + ".join(n.get("workloads") or []) or "-",
             "profile": n["profile"],
             "CPU cores": n["cpu_cores"],
             "CPU speed (x host)": n["cpu_speed_factor"],

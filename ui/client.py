@@ -215,6 +215,13 @@ def tagged_metrics(run_id: str) -> pd.DataFrame:
     return df
 
 
+@st.cache_data(ttl=2, show_spinner=False)
+def timeline(run_id: str) -> dict[str, Any]:
+    """A run's timeline: its workloads (with their key metrics), the workloads each
+    node hosts, key-metric rows and events, times in s after the fleet was ready."""
+    return _get(f"/runs/{run_id}/timeline")
+
+
 @st.cache_data(ttl=10, show_spinner=False)
 def artifacts(run_id: str) -> list[str]:
     """Files in the run's folder the controller serves (PNG plots, results.json, CSV)."""

@@ -14,6 +14,7 @@ from nodes.data.datasets import DATASETS
 from nodes.data.partition import PARTITIONERS
 from nodes.fl.strategies import STRATEGIES, check_params
 from nodes.frozen import Frozen
+from nodes.hosting import Hosted
 from nodes.models import MODELS
 
 Tier = Literal["edge", "fog", "cloud", "space"]
@@ -142,7 +143,7 @@ class UplinkSpec(Frozen):
     tiers: list[Tier] = Field(default_factory=lambda: list(DEFAULT_TT_TIERS))
 
 
-class FLSpec(Frozen):
+class FLSpec(Hosted):
     """The federated-learning workload."""
 
     dataset: DatasetSpec = DatasetSpec()

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -91,6 +91,7 @@ class LocalBackend:
         self.paused: set[str] = set()  # nodes frozen by a pause fault
         self._cpu: dict[str, tuple[float, dict[int, float]]] = {}  # last CPU sample
         self._zygote: Zygote | None = None  # forks the client nodes (warm, not netem)
+        self._beside: dict[str, list[str]] = {}  # node -> its other processes' keys
 
     def _node_cmd(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "testbed", "node", *args]
@@ -233,14 +234,18 @@ class LocalBackend:
         subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True, capture_output=True)
         return ns
 
-    def start_schedules(self) -> None:
+    def start_schedules(
+        self, only: Collection[str] | None = None, t0: float | None = None
+    ) -> None:
         """Play time-varying links from now (called when the fleet is ready): a node's
-        own ``schedule``, or its passes over the ground stations (space tier)."""
-        t0 = time.monotonic()
+        own ``schedule``, or its passes over the ground stations (space tier). ``only``
+        and ``t0`` (a ``time.monotonic()`` origin): the links of nodes ``only``, on the
+        clock started at ``t0`` (a workload's links made after the others' started)."""
+        t0 = time.monotonic() if t0 is None else t0
         space = self.space_model()
         for node in self.plan.nodes:  # (the nodes of start_services may include a server)
             link = self._links.get(node.name)
-            if link is None:
+            if link is None or (only is not None and node.name not in only):
                 continue
             if space is not None and node.name in space.nodes:  # orbital passes
                 link.run_schedule(space.link_schedule(node.name), t0)
@@ -311,12 +316,28 @@ class LocalBackend:
             Node name -> the 127.0.0.1 port that reaches it through its link (a shaping
             proxy relaying to the server; the server's own port without links).
         """
+        keys = {}
         for name, cmd in commands.items():
-            self._cmds[name], self.node_ports[name] = list(cmd), ports[name]
-            self.start_node(name)
+            keys[name] = key = self._service_key(name)
+            self._cmds[key], self.node_ports[key] = list(cmd), ports[name]
+            self.start_node(key)
         for name in commands:
-            wait_port(ports[name], timeout_s, self.procs.procs[name])
+            wait_port(ports[name], timeout_s, self.procs.procs[keys[name]])
         return self._service_links(list(commands), ports)
+
+    def _service_key(self, name: str) -> str:
+        """The process key of a service on node ``name``: the name itself, or
+        ``<name>.svc`` beside the node's SuperNode (another workload of the run)."""
+        if name not in self._cmds and name not in self.procs.procs:  # (the SuperLink's)
+            return name
+        key = f"{name}.svc"
+        self._beside.setdefault(name, []).append(key)
+        return key
+
+    def processes_of(self, name: str) -> list[str]:
+        """Process keys of node ``name``: its own and those of other workloads beside it."""
+        keys = [name, *self._beside.get(name, [])]
+        return [k for k in keys if k in self._cmds or k in self.procs.procs]
 
     def _service_links(self, names: list[str], ports: Mapping[str, int]) -> dict[str, int]:
         """A shaping proxy in front of each service node's server (none with
@@ -326,6 +347,10 @@ class LocalBackend:
         if self.plan.experiment.links.mode == "none":
             return reach
         for i, name in enumerate(names):
+            shared = self._links.get(name)
+            if shared is not None and hasattr(shared, "add_route"):  # the node's own link
+                reach[name] = int(shared.add_route(ports[name]))
+                continue
             link = LINK_KINDS["proxy"](
                 name,
                 planned[name].uplink.params(),
@@ -360,17 +385,20 @@ class LocalBackend:
         previous call; None on the first) of every running node."""
         now = time.monotonic()
         out: dict[str, NodeResources] = {}
+        beside = {k for keys in self._beside.values() for k in keys}
         for name in list(self.procs.procs):
-            if name == "flwr-run":
+            if name == "flwr-run" or name in beside:
                 continue
-            secs = cpu_seconds(self.procs.tree(name))
+            keys = [k for k in self.processes_of(name) if k in self.procs.procs] or [name]
+            secs = cpu_seconds([p for k in keys for p in self.procs.tree(k)])
             prev = self._cpu.get(name)
             pct = None
             if prev is not None and now > prev[0]:
                 used = sum(t - prev[1].get(pid, 0.0) for pid, t in secs.items())
                 pct = max(0.0, 100.0 * used / (now - prev[0]))
             self._cpu[name] = (now, secs)
-            out[name] = NodeResources(rss_mb=self.procs.rss_mb(name), cpu_pct=pct)
+            rss = sum(self.procs.rss_mb(k) for k in keys)
+            out[name] = NodeResources(rss_mb=rss, cpu_pct=pct)
         return out
 
     def restart_superlink(self) -> None:
@@ -448,7 +476,11 @@ class LocalBackend:
     def rss_mb(self) -> dict[str, float]:
         """Resident memory per node (whole process tree), MB."""
         return {
-            n.name: self.procs.rss_mb(n.name) for n in self.plan.nodes if n.name in self.procs.procs
+            n.name: sum(
+                self.procs.rss_mb(k) for k in self.processes_of(n.name) if k in self.procs.procs
+            )
+            for n in self.plan.nodes
+            if n.name in self.procs.procs
         }
 
     def stop(self) -> None:

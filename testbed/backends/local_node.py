@@ -114,11 +114,25 @@ class LocalNode:
     def _pid(self) -> int:
         return self.backend.procs.procs[self.name].pid
 
+    def _keys(self) -> list[str]:
+        """The node's processes: its own and every other workload's beside it."""
+        return self.backend.processes_of(self.name)
+
+    def _trees(self) -> list[psutil.Process]:
+        return [p for k in self._keys() for p in self.backend.procs.tree(k)]
+
     def kill(self) -> None:
-        """Crash: SIGKILL the node's whole process tree, no goodbye."""
+        """Crash: SIGKILL the node's whole process tree (every workload's), no goodbye."""
         pid = self._pid()
         self.backend.paused.discard(self.name)
-        self.backend.procs.stop(self.name, timeout_s=0)
+        keys = self._keys()
+        if len(keys) == 1:
+            self.backend.procs.stop(self.name, timeout_s=0)
+        else:  # every workload's processes at once (each stop waits for its tree)
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(len(keys)) as pool:
+                list(pool.map(lambda k: self.backend.procs.stop(k, timeout_s=0), keys))
         remove_node_cgroups(pid)
 
     def stop(self) -> None:
@@ -126,16 +140,18 @@ class LocalNode:
         pid = self._pid()
         if self.name in self.backend.paused:
             self.resume()  # a stopped process cannot act on SIGTERM
-        self.backend.procs.stop(self.name)
+        for key in self._keys():
+            self.backend.procs.stop(key)
         remove_node_cgroups(pid)
 
     def start(self) -> None:
         """Start the node again with the same identity (command, port, name)."""
-        self.backend.start_node(self.name)
+        for key in self._keys():
+            self.backend.start_node(key)
 
     def pause(self) -> None:
         """Freeze every process of the node (SIGSTOP, the root first)."""
-        for p in self.backend.procs.tree(self.name):
+        for p in self._trees():
             try:
                 p.suspend()
             except psutil.NoSuchProcess:
@@ -144,7 +160,7 @@ class LocalNode:
 
     def resume(self) -> None:
         """Thaw every process of the node (SIGCONT)."""
-        for p in self.backend.procs.tree(self.name):
+        for p in self._trees():
             try:
                 p.resume()
             except psutil.NoSuchProcess:
@@ -164,7 +180,7 @@ class LocalNode:
         if memory_mb is not None:
             applied["memory"] = set_memory_cap(self._pid(), memory_mb)
         if cpus is not None:
-            pids = [p.pid for p in self.backend.procs.tree(self.name)]
+            pids = [p.pid for p in self._trees()]
             applied["cpus"] = set_cpu_quota(self._pid(), pids, cpus)
         return applied
 

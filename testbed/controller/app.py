@@ -322,6 +322,12 @@ def run_records_routes(ctl: Controller) -> APIRouter:
         """Event rows after cursor ``since``: id, ts, kind, round, node, data."""
         return ctl.events_since(run_id, since)
 
+    @r.get("/runs/{run_id}/timeline")
+    async def timeline(run_id: RunId) -> dict[str, Any]:
+        """Every workload's key metrics and every event on one axis (s after the fleet
+        was ready), and the workloads each node hosts."""
+        return ctl.timeline(run_id)
+
     @r.get("/runs/{run_id}/tagged-metrics")
     async def tagged_metrics(run_id: RunId) -> list[dict[str, Any]]:
         """All metric rows of a run with their tags: round, node, name, value, tags."""

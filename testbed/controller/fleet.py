@@ -51,6 +51,7 @@ def planned_fleet(plan: Plan) -> dict[str, Any]:
             "power_w": n.profile.power_w,
             "state": "planned",
             "detail": "",
+            "workloads": list(n.workloads),
         }
         for n in plan.nodes
     ]
@@ -65,8 +66,8 @@ def planned_fleet(plan: Plan) -> dict[str, Any]:
             "bytes_up": None,
             "bytes_down": None,
         }
-        for n in plan.clients
-        if server is not None
+        for n in plan.nodes  # FL's clients, and the nodes of other workloads beside FL
+        if server is not None and (n.role == "client" or (n.role == "none" and n.workloads))
     ]
     tiers = [t for t in TIER_ORDER if any(n.tier == t for n in plan.nodes)]
     return {

@@ -25,7 +25,14 @@ from testbed.controller.jobs import Job, JobManager
 from testbed.planner import Plan, make_plan
 from testbed.spec.loader import SpecError, expand, parse_set, parse_spec
 from testbed.store import RunRow, RunStore
-from testbed.workloads import WORKLOADS, load_builtin, section_of, section_of_spec, workload
+from testbed.workloads import (
+    WORKLOADS,
+    load_builtin,
+    section_of,
+    section_of_spec,
+    sections_of_spec,
+    workload,
+)
 
 SUFFIXES = (".yaml", ".yml")
 TOPOLOGY_KEYS = ("name", "seed", "profiles", "fleet", "links")
@@ -238,8 +245,8 @@ class Controller:
         many runs of it the store holds (the dashboard shows pages of those it holds)."""
         counts: dict[str | None, int] = {}
         for r in self.store.runs():
-            kind = section_of_spec(self._spec_dict(r))
-            counts[kind] = counts.get(kind, 0) + 1
+            for kind in sections_of_spec(self._spec_dict(r)):  # (a run may have several)
+                counts[kind] = counts.get(kind, 0) + 1
         return [
             {
                 "section": name,
@@ -268,6 +275,7 @@ class Controller:
 
     def run_row(self, run: RunRow) -> dict[str, Any]:
         s = run.summary_dict
+        spec = self._spec_dict(run)
         job = self.jobs.by_pid(run.pid) if run.status == "running" else None
         return {
             "run_id": run.run_id,
@@ -282,7 +290,8 @@ class Controller:
             "finished_at": run.finished_at,
             "wall_s": s.get("wall_s"),
             "final_global_acc": s.get("final_global_acc"),
-            "workload": section_of_spec(self._spec_dict(run)),
+            "workload": section_of_spec(spec),
+            "workloads": sections_of_spec(spec),
             "job_id": job.job_id if job else None,
         }
 
@@ -362,6 +371,17 @@ class Controller:
             plan, self.store.events(run.run_id), self.store.metrics(run.run_id), run.status
         )
         return {**fleet, "run_id": run.run_id}
+
+    def timeline(self, run_id: str) -> dict[str, Any]:
+        """Every workload's key metric and every event of a run on one time axis, and
+        the workloads each node hosts (:mod:`testbed.controller.timeline`)."""
+        from testbed.controller.timeline import run_timeline
+
+        run = self._run(run_id)
+        plan = self.plan_of(run)
+        hosts = {n.name: list(n.workloads) for n in plan.nodes}
+        sections = sections_of_spec(self._spec_dict(run))
+        return run_timeline(self.store, run.run_id, sections, hosts)
 
     def metrics_csv(self, run_id: str) -> tuple[str, str]:
         run = self._run(run_id)

@@ -69,6 +69,8 @@ class ShapingProxy:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
+        self._routes: list[tuple[tuple[str, int], int]] = []  # (target, listen port)
+        self._route_servers: list[asyncio.Server] = []
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> int:
@@ -110,6 +112,38 @@ class ShapingProxy:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await relay(self._shaper, reader, writer, self.target)
 
+    def add_route(self, target_port: int, target_host: str = "127.0.0.1") -> int:
+        """Relay another server on the link's client side through this same link (its
+        buckets, loss, latency, schedule and partitions): another workload on the same
+        node. What the route's clients send crosses the link downwards (towards the
+        node), the server's replies upwards, sharing the bandwidth of the link's own
+        traffic.
+
+        Returns
+        -------
+        int
+            The 127.0.0.1 port the route's clients dial.
+        """
+        target = (target_host, int(target_port))
+        port = self._call(self._aroute(target, 0))
+        self._routes.append((target, port))
+        return port
+
+    async def _aroute(self, target: tuple[str, int], port: int) -> int:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await relay(self._shaper, reader, writer, target, reverse=True)
+
+        server = await asyncio.start_server(
+            handle, self.listen_host, port, reuse_address=True, limit=STREAM_LIMIT, backlog=512
+        )
+        self._route_servers.append(server)
+        return int(server.sockets[0].getsockname()[1])
+
+    async def _close_routes(self) -> None:
+        for server in self._route_servers:
+            server.close()
+        self._route_servers = []
+
     def stop(self) -> None:
         """Stop the schedule, close the listener and every connection, end the loop."""
         self._driver.stop()
@@ -125,6 +159,7 @@ class ShapingProxy:
         self._state.stop()
 
     async def _astop(self) -> None:
+        await self._close_routes()
         if self._server is not None:
             self._server.close()
             self._server = None
@@ -213,10 +248,13 @@ class ShapingProxy:
             if self._server is not None:
                 self._server.close()
                 self._server = None
+            await self._close_routes()
             for conn in list(self._shaper.conns):
                 conn.reset()
         if previous == "refuse" and (not on or mode != "refuse") and self._server is None:
             await self._listen()
+            for target, port in self._routes:
+                await self._aroute(target, port)
         self._shaper.update_open()
 
     def run_schedule(self, schedule: LinkSchedule, t0: float) -> None:

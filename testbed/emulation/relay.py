@@ -348,9 +348,11 @@ async def relay(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     target: tuple[str, int],
+    reverse: bool = False,
 ) -> None:
     """Serve one accepted connection: connect to ``target`` once the link is open (a
-    blackhole holds the handshake) and start both pipes."""
+    blackhole holds the handshake) and start both pipes. ``reverse``: the accepting side
+    is the link's server side (what it sends goes down, the target's replies go up)."""
     loop = asyncio.get_running_loop()
     shaper.connections += 1
     conn = Conn(shaper, loop.time())
@@ -373,7 +375,8 @@ async def relay(
         return
     _nodelay(up_writer)
     conn.writers.append(up_writer)
-    conn.pipes = [Pipe(conn, UP, reader, up_writer), Pipe(conn, DOWN, up_reader, writer)]
+    first, second = (DOWN, UP) if reverse else (UP, DOWN)
+    conn.pipes = [Pipe(conn, first, reader, up_writer), Pipe(conn, second, up_reader, writer)]
     for pipe in conn.pipes:
         conn.tasks.append(loop.create_task(pipe.read_loop()))
         conn.tasks.append(loop.create_task(pipe.write_loop()))

@@ -20,6 +20,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from nodes.frozen import Frozen
+from nodes.hosting import Hosted
 
 Mode = Literal["cpu", "cpu_preferred", "gpu_preferred", "gpu"]
 
@@ -82,7 +83,7 @@ class RuntimeSpec(Frozen):
     too_low_rps: float = Field(0.2, ge=0)
 
 
-class FunctionsSpec(Frozen):
+class FunctionsSpec(Hosted):
     """The serverless workload: functions, load, placement policy and runtime."""
 
     policy: str = Field(
@@ -104,6 +105,19 @@ class FunctionsSpec(Frozen):
         from testbed.functions.placement import POLICIES  # registered with the policies
 
         return POLICIES.check(v)
+
+    def gpu_claims(self) -> list[tuple[str, str, int]]:
+        """GPU slots the spec itself holds: ``(path in the section, node, 1)`` for every
+        function pinned to a node in ``gpu`` mode (checked across workloads)."""
+        return [
+            (f"functions.{i}.node", fn.node, 1)
+            for i, fn in enumerate(self.functions)
+            if fn.node is not None and fn.mode == "gpu"
+        ]
+
+    def pinned_nodes(self) -> list[tuple[str, str]]:
+        """``(path in the section, node)`` of every function pinned to a node."""
+        return [(f"functions.{i}.node", fn.node) for i, fn in enumerate(self.functions) if fn.node]
 
     @model_validator(mode="after")
     def _unique(self) -> FunctionsSpec:

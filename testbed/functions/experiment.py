@@ -26,6 +26,7 @@ The run summary (:mod:`testbed.functions.summary`) is read back from the store.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -40,7 +41,6 @@ import numpy as np
 from nodes.functions.identifier import MODES, identify_file
 from nodes.functions.worker import import_function, request_maker, worker_env
 from nodes.functions.workloads import module_path
-from testbed.chaos import ChaosEngine
 from testbed.functions.arrivals import make_arrivals
 from testbed.functions.config import FunctionSpec, FunctionsSpec
 from testbed.functions.load import (
@@ -79,6 +79,28 @@ def origin_links(exp: Experiment, origin: str) -> dict[str, tuple[str, Any, Link
         name: (spec.tier, exp.profile_of(spec), exp.links.for_node(name, spec, origin))
         for spec in exp.fleet.nodes
         for name in spec.names()
+    }
+
+
+def function_sites(ctx: RunContext) -> dict[str, tuple[str, Any, LinkSpec]]:
+    """``{node: (tier, profile, its link)}`` of the nodes the functions run on (all
+    unless ``workload.functions.nodes``); GPU slots that other workloads of the run hold
+    (``gpu_slots``) are taken out of the node's profile."""
+    held: dict[str, int] = {}
+    for section in ctx.experiment.workload.sections:
+        if section != "functions":
+            for node, k in getattr(
+                ctx.experiment.workload.model_for(section), "gpu_slots", {}
+            ).items():
+                held[node] = held.get(node, 0) + k
+    return {
+        n.name: (
+            n.tier,
+            n.profile.model_copy(update={"gpu_slots": n.profile.gpu_slots - held.get(n.name, 0)}),
+            n.uplink,
+        )
+        for n in ctx.plan.nodes
+        if "functions" in n.workloads
     }
 
 
@@ -178,7 +200,7 @@ def prepare(ctx: RunContext) -> Prepared:
     def metric(name: str, value: float, fn: str, step: int | None = None, **tags: Any) -> None:
         ctx.metric({"name": name, "value": value, "node": fn, "step": step, "tags": tags})
 
-    sites = origin_links(ctx.experiment, spec.origin)
+    sites = function_sites(ctx)
     paths, modes, reasons = identify(fns, metric)
     cal, gflops = calibrate_all(fns, paths, ctx)
     arrivals = arrivals_of(spec, ctx.seed)
@@ -223,16 +245,23 @@ def read_port_file(path: Path, timeout_s: float = START_TIMEOUT_S) -> dict[str, 
     return info
 
 
+def deploy_one(
+    prep: Prepared, nodes: dict[str, FunctionNode], name: str, backend: str | None = None
+) -> dict[str, Any]:
+    """Deploy function ``name`` on its node, on ``backend`` (default: its placement's)."""
+    fn = next(f for f in prep.spec.functions if f.name == name)
+    pl = prep.placements[name]
+    warmup = request_maker(import_function(prep.paths[name]))(dict(fn.request), 0)
+    body = {"module": str(prep.paths[name]), "backend": backend or pl.backend, "warmup": warmup}
+    return http_call(nodes[pl.node].port, "POST", f"/deploy/{name}", body, START_TIMEOUT_S * 3)
+
+
 def deploy(prep: Prepared, nodes: dict[str, FunctionNode], metric: Metric) -> None:
     """Step 4b: deploy every function on its node (its first backend's cold start)."""
     fns = list(prep.spec.functions)
 
     def one(fn: FunctionSpec) -> dict[str, Any]:
-        pl = prep.placements[fn.name]
-        warmup = request_maker(import_function(prep.paths[fn.name]))(dict(fn.request), 0)
-        body = {"module": str(prep.paths[fn.name]), "backend": pl.backend, "warmup": warmup}
-        return http_call(nodes[pl.node].port, "POST", f"/deploy/{fn.name}", body,
-                         START_TIMEOUT_S * 3)  # fmt: skip
+        return deploy_one(prep, nodes, fn.name)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         cold = dict(zip([fn.name for fn in fns], pool.map(one, fns), strict=True))
@@ -277,9 +306,10 @@ def run_functions(ctx: RunContext) -> dict[str, Any]:
         nodes = start_nodes(backend, prep, ctx)
         backend.start_schedules()
         deploy(prep, nodes, metric)
-        chaos = ChaosEngine(ctx.plan, backend, ctx.store, ctx.run_id, ctx.seed)
+        chaos = ctx.chaos_engine(backend)
         chaos.start()  # the fleet is ready when its functions are: at_time_s counts from here
-        load = LoadRun(load_plan(prep), nodes, prep.slots_free(), metric, ctx.progress, chaos.tick)
+        load = LoadRun(load_plan(prep), nodes, prep.slots_free(), metric, ctx.progress,
+                       chaos.tick, functools.partial(deploy_one, prep, nodes))  # fmt: skip
         wall_load = load.run()
         stats = node_stats(nodes)
     finally:

@@ -168,6 +168,10 @@ class LoadRun:
         Where records and progress go.
     tick : Callable[[], None]
         Called every loop iteration (the chaos engine's timers and live injections).
+    redeploy : Callable[[str, str], dict] or None
+        Deploys function ``name`` on backend ``backend`` of its node again (a node that
+        restarted after an outage comes back with no functions: its first 404 for the
+        function triggers this; the cold start is recorded with ``phase: redeploy``).
     """
 
     def __init__(
@@ -178,9 +182,13 @@ class LoadRun:
         metric: Metric,
         progress: Callable[[str, float], None],
         tick: Callable[[], None],
+        redeploy: Callable[[str, str], dict[str, Any]] | None = None,
     ) -> None:
         self.plan, self.nodes, self.slots_free = plan, nodes, slots_free
         self.metric, self.progress, self.tick = metric, progress, tick
+        self.redeploy = redeploy
+        self.redeploying: set[str] = set()
+        self.redeployed: queue.Queue[tuple[str, str, Any, str | None]] = queue.Queue()
         fns = plan.functions
         self.runtimes = {
             fn.name: DynamicRuntime(plan.modes[fn.name], thresholds_for(fn, plan.runtime), 0.0)
@@ -227,6 +235,8 @@ class LoadRun:
         self.answered += 1
         if wall is None:  # res is the error
             self.metric("request_error", 1.0, fn.name, i, error=res, t_s=t_sched)
+            if "HTTP 404" in str(res) and "no function" in str(res):
+                self._recover(fn.name)  # its node restarted empty
             return
         network_ms = wall * 1e3 - res["server_wall_ms"]
         e2e = network_ms + res["server_ms"]
@@ -238,6 +248,32 @@ class LoadRun:
         if rt is not None and res["backend"].startswith(rt.backend):  # current revision
             seen = e2e if pl.observe == "e2e" else res["server_ms"]
             rt.observe(time.monotonic() - self.t0, seen)
+
+    # -- a restarted node's functions -------------------------------------------------------
+    def _recover(self, name: str) -> None:
+        """Deploy ``name`` again on its node (once at a time), on its current backend."""
+        if self.redeploy is None or name in self.redeploying:
+            return
+        self.redeploying.add(name)
+        rt = self.runtimes.get(name)
+        backend = rt.backend if rt is not None else self.plan.placements[name].backend
+        threading.Thread(target=self._redeploy, args=(name, backend), daemon=True).start()
+
+    def _redeploy(self, name: str, backend: str) -> None:
+        assert self.redeploy is not None
+        try:
+            self.redeployed.put((name, backend, self.redeploy(name, backend), None))
+        except Exception as exc:
+            self.redeployed.put((name, backend, None, f"{type(exc).__name__}: {exc}"))
+
+    def _on_redeployed(self, name: str, backend: str, rec: Any, err: str | None) -> None:
+        self.redeploying.discard(name)
+        site = self.plan.placements[name].node
+        if err:
+            self.metric("redeploy_error", 1.0, name, site=site, backend=backend, error=err)
+        else:
+            self.metric("cold_start_s", rec["cold_start_s"], name, site=site,
+                        backend=rec["backend"], phase="redeploy")  # fmt: skip
 
     # -- the runtime's switches -----------------------------------------------------------
     def _switch(self, name: str, node: str, backend: str) -> None:
@@ -289,6 +325,8 @@ class LoadRun:
                 return False
         while not self.switched.empty():
             self._on_switched(*self.switched.get())
+        while not self.redeployed.empty():
+            self._on_redeployed(*self.redeployed.get())
         self.tick()
         return True
 

@@ -339,24 +339,35 @@ class WorkloadSpec(Frozen):
         if extra:
             _validate_registered(extra)
         sections = (self.fl, self.semantic_mux, self.compress, self.functions)
-        if sum(x is not None for x in sections) + len(extra) != 1:
+        if sum(x is not None for x in sections) + len(extra) < 1:
             from testbed.workloads import load_builtin
 
-            raise ValueError(f"workload needs exactly one of: {', '.join(load_builtin())}")
+            raise ValueError(f"workload needs one or more of: {', '.join(load_builtin())}")
         return self
 
     @property
-    def section(self) -> str:
-        """The name of the section that is set (the workload's registry key)."""
+    def sections(self) -> list[str]:
+        """The names of the sections that are set (workload registry keys), built-in
+        ones first; several run together on one fleet (:mod:`testbed.spec.hosting`)."""
         builtin = ("fl", "semantic_mux", "compress", "functions")
-        set_ = [k for k in builtin if getattr(self, k) is not None]
-        return (set_ or list(self.__pydantic_extra__ or {}))[0]
+        return [k for k in builtin if getattr(self, k) is not None] + list(
+            self.__pydantic_extra__ or {}
+        )
 
-    def section_spec(self) -> BaseModel:
-        """The validated model of the section that is set."""
-        value = getattr(self, self.section)
+    @property
+    def section(self) -> str:
+        """The name of the (first) section that is set (the workload's registry key)."""
+        return self.sections[0]
+
+    def model_for(self, section: str) -> BaseModel:
+        """The validated model of section ``section``."""
+        value = getattr(self, section)
         assert isinstance(value, BaseModel)
         return value
+
+    def section_spec(self) -> BaseModel:
+        """The validated model of the (first) section that is set."""
+        return self.model_for(self.section)
 
 
 def _validate_registered(extra: dict[str, Any]) -> None:
@@ -377,6 +388,11 @@ def _validate_registered(extra: dict[str, Any]) -> None:
                 for err in e.errors()
             )
             raise ValueError(where) from None
+
+
+def _fl_nodes(fleet: FleetSpec, refs: list[str]) -> list[NodeSpec]:
+    """The fleet's nodes that ``workload.fl.nodes`` names (ids, or replica names)."""
+    return [n for n in fleet.nodes if n.id in refs or any(x in refs for x in n.names())]
 
 
 class Experiment(Frozen):
@@ -412,6 +428,10 @@ class Experiment(Frozen):
             for path, node in self._node_references()
             if node not in names
         ]
+        if len(self.workload.sections) > 1 or self.fleet is not None:
+            from testbed.spec.hosting import hosting_errors
+
+            errors += hosting_errors(self, names)
         if errors:
             raise ValueError("\n".join(errors))  # one "path: message" per line
         return self
@@ -437,6 +457,8 @@ class Experiment(Frozen):
             errors.append(f"fleet.nodes: duplicate node names {dup}")
         if self.workload.fl is None:
             return errors
+        if self.workload.fl.nodes is not None:  # FL runs on the nodes it names
+            fleet = fleet.model_copy(update={"nodes": _fl_nodes(fleet, self.workload.fl.nodes)})
         servers = [n.id for n in fleet.nodes if n.fl_role == "server"]
         if sum(n.count for n in fleet.nodes if n.fl_role == "server") != 1:
             errors.append(

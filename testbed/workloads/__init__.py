@@ -31,6 +31,7 @@ __all__ = [
     "register_workload",
     "section_of",
     "section_of_spec",
+    "sections_of_spec",
     "workload",
 ]
 
@@ -63,8 +64,18 @@ def workload(section: str) -> Workload:
 
 
 def section_of(exp: Any) -> str:
-    """The section an :class:`~testbed.spec.models.Experiment`'s workload sets."""
+    """The (first) section an :class:`~testbed.spec.models.Experiment`'s workload sets."""
     return str(exp.workload.section)
+
+
+def sections_of_spec(spec: Mapping[str, Any]) -> list[str]:
+    """Every section a resolved spec (a dict) sets, in its order (several workloads of
+    one run: :mod:`testbed.workloads.together`)."""
+    sections = spec.get("workload") or {}
+    if not isinstance(sections, Mapping):
+        return []
+    known = load_builtin()
+    return [k for k, v in sections.items() if v is not None and k in known]
 
 
 def section_of_spec(spec: Mapping[str, Any]) -> str | None:

@@ -72,6 +72,11 @@ class RunContext:
         Who watches the run (the CLI's live view).
     resume : bool
         The run continues an earlier attempt from its checkpoint (``testbed resume``).
+    section : str or None
+        The workload this context runs (its store connection tags rows with it).
+    fleet : SharedFleet or None
+        The one fleet that the run's several workloads share
+        (:mod:`testbed.workloads.together`); None: the workload has a fleet of its own.
     """
 
     plan: Plan
@@ -82,6 +87,8 @@ class RunContext:
     backend_options: Mapping[str, Any] = field(default_factory=dict)
     observer: Observer | None = None
     resume: bool = False
+    section: str | None = None
+    fleet: Any = None
 
     @property
     def experiment(self) -> Experiment:
@@ -92,10 +99,22 @@ class RunContext:
         return self.plan.seed
 
     def make_backend(self) -> Any:
-        """A fresh backend of this run (not started), from the backends registry."""
+        """A fresh backend of this run (not started), from the backends registry; the
+        run's shared fleet when several workloads run together."""
         from testbed.backends import get_backend
 
+        if self.fleet is not None:
+            return self.fleet.acquire()
         return get_backend(self.backend)(self.plan, self.run_dir, **dict(self.backend_options))
+
+    def chaos_engine(self, backend: Any) -> Any:
+        """The run's chaos engine on ``backend`` (one per fleet: several workloads of a
+        run share the fault schedule, started once)."""
+        from testbed.chaos import ChaosEngine
+
+        if self.fleet is not None:
+            return self.fleet.chaos_engine()
+        return ChaosEngine(self.plan, backend, self.store, self.run_id, self.seed)
 
     def metric(self, row: Mapping[str, Any]) -> None:
         """Record one metric row ``{name, value, step?, node?, tags?}`` and show it."""
@@ -142,6 +161,12 @@ class Workload(Protocol):
         The pydantic model of that section.
     page : Page or None
         Its dashboard page (None: the generic pages suffice).
+
+    A class may also set ``key_metrics`` (a tuple of metric names): the Timeline page
+    draws those of its rows beside the other workloads' and the run's events. A fleet
+    workload's section model derives from :class:`nodes.hosting.Hosted` (``nodes``,
+    ``gpu_slots``) so that it can share a run with others; it gets its backend from
+    ``ctx.make_backend()`` and its chaos engine from ``ctx.chaos_engine(backend)``.
     """
 
     section: ClassVar[str]

@@ -114,7 +114,9 @@ class FlRun:
             store.add_event(ctx.run_id, "node_limits", node=name, **lim)
         if getattr(self.backend, "decides_faults", False):  # simulation: on virtual time
             plan = dataclasses.replace(plan, faults=())
-        self.chaos = ChaosEngine(plan, self.backend, store, ctx.run_id, plan.seed)
+            self.chaos = ChaosEngine(plan, self.backend, store, ctx.run_id, plan.seed)
+        else:
+            self.chaos = ctx.chaos_engine(self.backend)
         self.chaos.start()
         self.backend.start_schedules()
         space = self.backend.space_model()
@@ -251,6 +253,7 @@ class FederatedLearning:
     section = "fl"
     spec_model = FLSpec
     page = None  # the Live run, Chaos and Results pages are FL's
+    key_metrics = ("global_acc", "round_duration_s")  # (the Timeline page draws these)
 
     def run(self, ctx: RunContext) -> dict[str, Any]:
         backend = ctx.make_backend()

@@ -20,6 +20,7 @@ class Functions(LibraryWorkload):
 
     spec_model = FunctionsSpec
     page = Page("screens/functions.py", "Functions", ":material/function:", "functions")
+    key_metrics = ("e2e_ms", "request_error", "on_gpu")  # (the Timeline page draws these)
 
     def run(self, ctx: RunContext) -> dict[str, Any]:
         from testbed.functions.experiment import run_functions

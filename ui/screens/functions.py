@@ -14,6 +14,7 @@ if run_id is None:
     st.info("No serverless functions runs in the store.")
     st.stop()
 summary = client.run(run_id)["summary"] or {}
+summary = (summary.get("workloads") or {}).get("functions", summary)  # beside other workloads
 metrics = functions.function_metrics(run_id)
 st.subheader("Per function")
 functions.per_function(summary, metrics)

@@ -109,8 +109,9 @@ def wait_for_runs(message: str) -> None:
 
 
 def runs_of(workload: str) -> list[dict[str, Any]]:
-    """Runs of one workload kind (``fl``, ``semantic_mux``, ``compress``), newest first."""
-    return [r for r in client.runs() if r["workload"] == workload]
+    """Runs with a workload of one kind (``fl``, ``semantic_mux``, ``compress``,
+    ``functions``; a run of several workloads counts for each), newest first."""
+    return [r for r in client.runs() if workload in (r.get("workloads") or [r["workload"]])]
 
 
 def plots(run_id: str) -> None:

@@ -1,0 +1,201 @@
+"""Plots and per-event tables of one continuum run (several workloads on one fleet),
+read from the run's store only: ``python -m bench.continuum --store runs --run ID --out
+docs/results/continuum``.
+
+Writes ``timeline.png`` (every workload's key figures and the run's events on one time
+axis) and prints a markdown table per event window: what FL and the functions saw
+before, during and after it. Times are seconds after the fleet was ready. Every figure
+says how it was obtained: FL accuracy, round durations and upload round trips are
+measured; a function's end-to-end latency is measured network time (through the
+emulated link) plus the node's device time, stretched from a measured CPU time or
+modelled (emulated GPU) as its ``timing`` tag says.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from testbed.rows import WorkloadMetricRow
+from testbed.store import RunStore
+
+MARKED = {
+    "node_down": ("crash/outage", "#cf222e"),
+    "node_restarted": ("restart", "#1a7f37"),
+    "link_degraded": ("degrade", "#bc4c00"),
+    "link_restored": ("restored", "#8250df"),
+}
+
+
+def rows_by(rows: list[WorkloadMetricRow], t0: float, workload: str, name: str) -> list[Any]:
+    return [r for r in rows if r.workload == workload and r.name == name and r.value is not None]
+
+
+def pass_edges(events: list[dict[str, Any]], node: str) -> list[tuple[float, bool]]:
+    """(t_s, partitioned) of the scheduled changes of ``node``'s link that flip it."""
+    out, last = [], None
+    for e in events:
+        if e["kind"] == "link_changed" and e["node"] == node:
+            cut = "partitioned=True" in e["detail"]
+            if cut != last:
+                out.append((e["t_s"], cut))
+                last = cut
+    return out
+
+
+def rules(ax: Any, events: list[dict[str, Any]], sat: str | None, label: bool) -> None:
+    """Vertical lines for the marked events and the space silo's pass."""
+    for e in events:
+        if e["kind"] in MARKED:
+            name, colour = MARKED[e["kind"]]
+            ax.axvline(e["t_s"], color=colour, ls="--", lw=1)
+            if label:
+                ax.text(e["t_s"], 1.01, f"{name} {e['node']}", color=colour, fontsize=7,
+                        rotation=30, transform=ax.get_xaxis_transform())  # fmt: skip
+    if sat:
+        edges = pass_edges(events, sat)
+        for k, (t, cut) in enumerate(edges):
+            if not cut:
+                end = edges[k + 1][0] if k + 1 < len(edges) else ax.get_xlim()[1]
+                ax.axvspan(t, end, color="#0969da", alpha=0.08)
+                if label:
+                    ax.text(t, 0.02, f"{sat} pass", color="#0969da", fontsize=7,
+                            transform=ax.get_xaxis_transform())  # fmt: skip
+
+
+def plot(store: RunStore, run_id: str, tl: dict[str, Any], out: Path, sat: str | None) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, t0 = store.workload_metrics(run_id), tl["t0"]
+    events = tl["events"]
+    fig, axes = plt.subplots(4, 1, figsize=(11, 11), sharex=True)
+    ends = {e["round"]: e["t_s"] for e in events if e["kind"] == "round_end"}
+    acc = [
+        (ends[r.round], r.value) for r in rows_by(rows, t0, "fl", "global_acc") if r.round in ends
+    ]
+    ax = axes[0]
+    if acc:
+        ax.plot(*zip(*sorted(acc), strict=True), "o-", color="#0969da", label="global accuracy")
+    dur = [(ends[r.round], r.value) for r in rows_by(rows, t0, "fl", "round_duration_s")
+           if r.round in ends]  # fmt: skip
+    ax2 = ax.twinx()
+    if dur:
+        ax2.bar([t for t, _ in dur], [v for _, v in dur], width=1.0, color="#8c959f", alpha=0.5)
+    ax.set_ylabel("FL global accuracy\n(measured)")
+    ax2.set_ylabel("round duration s\n(bars, measured)")
+    ax = axes[1]
+    for node in sorted({str(r.node) for r in rows_by(rows, t0, "fl", "round_trip_s")}):
+        pts = [(r.ts - t0, r.value) for r in rows_by(rows, t0, "fl", "round_trip_s")
+               if r.node == node]  # fmt: skip
+        ax.plot(*zip(*pts, strict=True), "o-", ms=3, label=node)
+    ax.set_ylabel("FL client round trip s\n(train + upload, measured)")
+    ax.legend(fontsize=7, ncol=4)
+    ax = axes[2]
+    e2e = rows_by(rows, t0, "functions", "e2e_ms")
+    for k, fn in enumerate(sorted({str(r.node) for r in e2e})):
+        colour = f"C{k}"
+        for timing, marker in (("stretched", "o"), ("modelled", "^"), ("measured", "s")):
+            pts = [
+                (r.ts - t0, r.value) for r in e2e if r.node == fn and r.tags.get("timing") == timing
+            ]
+            if pts:
+                ax.scatter(*zip(*pts, strict=True), s=8, marker=marker, color=colour,
+                           label=f"{fn} ({timing} device time)")  # fmt: skip
+        errs = [r.ts - t0 for r in rows_by(rows, t0, "functions", "request_error") if r.node == fn]
+        if errs:
+            ax.scatter(errs, [1.0] * len(errs), marker="x", color=colour, s=14,
+                       label=f"{fn} failed request")  # fmt: skip
+    ax.set_yscale("log")
+    ax.set_ylabel("function end-to-end ms\n(network measured + device)")
+    ax.legend(fontsize=6, ncol=3, loc="upper left")
+    ax = axes[3]
+    gpu = rows_by(rows, t0, "functions", "on_gpu")
+    for k, fn in enumerate(sorted({str(r.node) for r in gpu})):
+        pts = sorted((r.ts - t0, r.value) for r in gpu if r.node == fn)
+        ax.step([p[0] for p in pts], [p[1] + 0.04 * k for p in pts], where="post", label=fn)
+    ax.set_ylabel("function on GPU\n(1 = GPU backend)")
+    ax.set_xlabel("seconds after the fleet was ready")
+    ax.legend(fontsize=7)
+    for i, a in enumerate(axes):
+        rules(a, events, sat, label=i == 0)
+    fig.suptitle(f"{run_id}: FL and functions on one fleet", y=0.995)
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "timeline.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def window_table(
+    store: RunStore, run_id: str, tl: dict[str, Any], windows: dict[str, tuple[float, float]]
+) -> str:
+    """Markdown: per window, FL rounds ended and their mean duration, each node's round
+    statuses, and per function requests, failures and median end-to-end ms."""
+    rows, t0 = store.workload_metrics(run_id), tl["t0"]
+    ends = {e["round"]: e["t_s"] for e in tl["events"] if e["kind"] == "round_end"}
+    status: dict[int, dict[str, str]] = {}
+    for s in store.round_status(run_id):
+        status.setdefault(s.round, {})[s.node] = s.status
+    fns = sorted({str(r.node) for r in rows if r.workload == "functions" and r.name == "e2e_ms"})
+    head = (
+        "| window (s) | FL rounds ended | mean round s | not completed | "
+        + " | ".join(f"{f}: ok / failed / p50 ms" for f in fns)
+        + " |"
+    )
+    lines = [head, "|" + "---|" * (4 + len(fns))]
+    for name, (a, b) in windows.items():
+        rs = [r for r, t in ends.items() if r is not None and a <= t < b]
+        durs = [r.value for r in rows_by(rows, t0, "fl", "round_duration_s") if r.round in rs]
+        missed = sorted(
+            {f"{n} r{r}" for r in rs for n, st in status.get(r, {}).items() if st != "completed"}
+        )
+        cells = []
+        for f in fns:
+            ok = [r.value for r in rows if r.workload == "functions" and r.node == f
+                  and r.name == "e2e_ms" and a <= r.ts - t0 < b]  # fmt: skip
+            bad = [r for r in rows if r.workload == "functions" and r.node == f
+                   and r.name == "request_error" and a <= r.ts - t0 < b]  # fmt: skip
+            p50 = f"{np.median(ok):.1f}" if ok else "-"
+            cells.append(f"{len(ok)} / {len(bad)} / {p50}")
+        mean = f"{np.mean(durs):.1f}" if durs else "-"
+        head = f"| {name} [{a:.0f}, {b:.0f}) | {len(rs)} | {mean} | {', '.join(missed) or '-'}"
+        lines.append(head + " | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--store", type=Path, default=Path("runs"))
+    ap.add_argument("--run", required=True, help="run id (or a unique prefix)")
+    ap.add_argument("--out", type=Path, default=Path("docs/results/continuum"))
+    ap.add_argument("--sat", default="sat", help="the space silo whose passes are shaded")
+    ap.add_argument("--window", action="append", default=[],
+                    help="NAME:START:END seconds after fleet ready (repeatable)")  # fmt: skip
+    args = ap.parse_args()
+    store = RunStore(args.store)
+    run = store.run(args.run)
+    from testbed.controller.service import Controller
+
+    tl = Controller(args.store, Path("experiments")).timeline(run.run_id)
+    print(f"wrote {plot(store, run.run_id, tl, args.out, args.sat)}")
+    windows = {}
+    for w in args.window:
+        name, a, b = w.split(":")
+        windows[name] = (float(a), float(b))
+    if windows:
+        print(window_table(store, run.run_id, tl, windows))
+    for e in tl["events"]:
+        if e["kind"] not in ("round_end",):
+            print(f"{e['t_s']:7.1f}  {e['kind']:<16} {e['node'] or '':<8} "
+                  f"{e['workload'] or 'fleet':<10} {e['detail']}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""Several workloads in one run: one fleet, one fault schedule, one timeline.
+
+A spec whose ``workload:`` sets several sections (FL and functions, say) runs each
+workload's own :meth:`~testbed.workloads.base.Workload.run` in its own thread, all on
+ONE :class:`SharedFleet`:
+
+- the backend is built once; the first workload that starts it (``start``, or
+  ``start_services`` when the run has an FL fleet to start first) starts it, the
+  others find it running; link schedules and the space clock start once;
+- the chaos engine is one :class:`SharedChaos`: the fault schedule fires once (its
+  ``at_time_s`` counts from the first workload that was ready), its faults act on the
+  nodes of every workload (a crash of a node kills every workload's process there);
+- a node that hosts several workloads runs their processes side by side (same CPUs),
+  and a workload's service on a node is relayed through the node's own link
+  (:meth:`~testbed.emulation.proxy.ShapingProxy.add_route`): they share its bandwidth;
+- every workload writes through its own store connection tagged with its section
+  (``metrics.workload`` / ``events.workload``); the fleet's own rows (faults, link
+  counters) carry no workload;
+- the fleet stops when the last workload has released it; its links' counters are
+  recorded once, then.
+
+A workload plugs in by getting its backend from ``ctx.make_backend()`` and its chaos
+engine from ``ctx.chaos_engine(backend)``; it needs nothing else.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from typing import Any
+
+from testbed.chaos import ChaosEngine
+from testbed.spec.models import FaultSpec
+from testbed.workloads.base import RunContext, record_link_counters
+
+
+class SharedChaos(ChaosEngine):
+    """The one chaos engine of a run with several workloads: started once, ticked and
+    fed by every workload's thread under one lock, targeting every workload's nodes."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lock = threading.RLock()
+        self.started = False
+
+    def start(self) -> None:
+        with self.lock:
+            if not self.started:
+                self.started = True
+                super().start()
+
+    def tick(self) -> None:
+        with self.lock:
+            super().tick()
+
+    def on_record(self, rec: dict[str, Any]) -> None:
+        with self.lock:
+            super().on_record(rec)
+
+    def targets(self, f: FaultSpec) -> list[str]:
+        """Nodes fault ``f`` names among the nodes that host a workload (FL's server
+        excepted: a server fault targets it)."""
+        nodes = [n for n in self.plan.nodes if n.workloads and n.role != "server"]
+        if f.node is not None:
+            return [
+                n.name for n in nodes if n.name == f.node or n.name.rsplit("-", 1)[0] == f.node
+            ]
+        return [n.name for n in nodes if n.tier == f.tier]
+
+
+class SharedFleet:
+    """One backend that the workloads of a run share (attributes not defined here are
+    the backend's own).
+
+    Parameters
+    ----------
+    ctx : RunContext
+        The run (its backend name and options build the backend).
+    users : int
+        How many workloads share it; the fleet stops when they all released it.
+    """
+
+    def __init__(self, ctx: RunContext, users: int) -> None:
+        from testbed.backends import get_backend
+
+        self.ctx, self.users = ctx, users
+        self.backend = get_backend(ctx.backend)(ctx.plan, ctx.run_dir, **dict(ctx.backend_options))
+        self.lock = threading.RLock()  # flags and counts (held briefly)
+        self.start_lock = threading.Lock()  # the fleet's start (held while it starts)
+        self.services_lock = threading.Lock()  # one workload's services at a time
+        self.store = ctx.store.tagged(None)  # the fleet's own rows (faults, links)
+        self.started = self.stopped = False
+        self.schedules_t0: float | None = None  # when the links' schedules started
+        self.released = 0
+        self._chaos: SharedChaos | None = None
+        # a run with FL clients starts its SuperLink and SuperNodes before any service
+        self.starts = any(n.role == "client" and "fl" in n.workloads for n in ctx.plan.nodes)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)
+
+    def acquire(self) -> SharedFleet:
+        """What ``ctx.make_backend()`` returns to each workload."""
+        return self
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        """Start the fleet (once; another workload's call waits until it is up)."""
+        with self.start_lock:
+            if not self.started:
+                self.backend.start(timeout_s)
+                self.started = True
+
+    def start_services(self, commands: Any, ports: Any, timeout_s: float = 60.0) -> Any:
+        """Start a workload's services on its nodes, after the FL fleet is up (so that
+        they join the nodes' processes and links); links made for them play their
+        schedules on the clock the others' started on."""
+        if self.starts:
+            self.start()
+        with self.services_lock:
+            before = set(self.backend.links)
+            reach = self.backend.start_services(commands, ports, timeout_s)
+            new = set(self.backend.links) - before
+        with self.lock:
+            if self.schedules_t0 is not None and new:
+                self.backend.start_schedules(only=new, t0=self.schedules_t0)
+        return reach
+
+    def start_schedules(self) -> None:
+        """Play the links' schedules from now (once)."""
+        import time
+
+        with self.lock:
+            if self.schedules_t0 is None:
+                self.schedules_t0 = time.monotonic()
+                self.backend.start_schedules(t0=self.schedules_t0)
+
+    def chaos_engine(self) -> SharedChaos:
+        """The run's one chaos engine."""
+        with self.lock:
+            if self._chaos is None:
+                ctx = self.ctx
+                self._chaos = SharedChaos(ctx.plan, self.backend, self.store, ctx.run_id, ctx.seed)
+            return self._chaos
+
+    def link_counters(self) -> dict[str, dict[str, Any]]:
+        """Nothing per workload: the shared links' counters are recorded once, by
+        :meth:`close`."""
+        return {}
+
+    def stop(self) -> None:
+        """A workload is done with the fleet; the last one stops it."""
+        with self.lock:
+            self.released += 1
+            if self.released >= self.users:
+                self.close()
+
+    def close(self) -> None:
+        """Stop the fleet (once) and record its links' counters as the fleet's rows."""
+        with self.lock:
+            if self.stopped:
+                return
+            self.stopped = True
+            counters = self.backend.link_counters()
+            try:
+                self.backend.stop()
+            finally:
+                record_link_counters(self.store, self.ctx.run_id, counters)
+                self.store.close()
+
+
+def run_together(ctx: RunContext, sections: list[str]) -> dict[str, Any]:
+    """Run the workloads ``sections`` of ``ctx`` at once on one :class:`SharedFleet`.
+
+    Returns
+    -------
+    dict
+        The first workload's summary (what the run list shows) with every workload's
+        under ``workloads``; ``status`` is ``completed`` when every workload completed.
+    """
+    from testbed.workloads import workload
+
+    fleet = SharedFleet(ctx, len(sections))
+    results: dict[str, dict[str, Any]] = {}
+    errors: dict[str, BaseException] = {}
+
+    def one(section: str) -> None:
+        store = ctx.store.tagged(section)
+        try:
+            results[section] = workload(section).run(
+                replace(ctx, store=store, section=section, fleet=fleet)
+            )
+        except BaseException as exc:  # reported below, after the others ended
+            errors[section] = exc
+            store.add_event(ctx.run_id, "error", message=f"{type(exc).__name__}: {exc}")
+        finally:
+            store.close()
+
+    threads = [
+        threading.Thread(target=one, args=(s,), name=f"workload-{s}", daemon=True)
+        for s in sections
+    ]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            t.join()
+    finally:
+        fleet.close()
+    if errors:
+        section, exc = next(iter(errors.items()))
+        raise RuntimeError(f"workload {section}: {type(exc).__name__}: {exc}") from exc
+    statuses = {s: r.get("status", "completed") for s, r in results.items()}
+    summary = dict(results[sections[0]])
+    summary["workloads"] = results
+    summary["status"] = "completed" if set(statuses.values()) == {"completed"} else "failed"
+    return summary

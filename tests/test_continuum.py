@@ -1,0 +1,168 @@
+"""Several workloads in one spec: validation (paths and lines), planning, the store's
+workload tag, and a link shared by two workloads of one node (no fleet started)."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.emulation.link import LinkParams
+from testbed.emulation.proxy import ShapingProxy
+from testbed.planner import make_plan
+from testbed.spec.loader import SpecError, parse_spec
+from testbed.store import RunStore
+from tests.test_links import BW_TOL, Server, Sink, payload, send_all
+
+FLEET = """\
+name: two
+fleet:
+  nodes:
+    - {id: cloud, tier: cloud, profile: cloud-gpu}
+    - {id: fog, tier: fog, profile: fog-gpu}
+    - {id: edge, tier: edge, count: 2}
+"""
+
+
+def problems(text: str) -> list[tuple[int | None, str, str]]:
+    with pytest.raises(SpecError) as info:
+        parse_spec(text, "two.yaml")
+    return [(p.line, p.path, p.message) for p in info.value.problems]
+
+
+def test_one_workload_spec_plans_as_before() -> None:
+    exp = parse_spec(FLEET + "workload:\n  fl: {rounds: 1}\n")
+    assert exp.workload.sections == ["fl"] and exp.workload.section == "fl"
+    plan = make_plan(exp)
+    assert [(n.name, n.role, n.partition_id) for n in plan.nodes] == [
+        ("cloud", "server", None),
+        ("fog", "client", 0),
+        ("edge-1", "client", 1),
+        ("edge-2", "client", 2),
+    ]
+    assert all(n.workloads == ("fl",) for n in plan.nodes)
+
+
+def test_two_workloads_each_on_its_nodes() -> None:
+    exp = parse_spec(
+        FLEET
+        + """\
+workload:
+  fl: {rounds: 1, nodes: [cloud, edge]}
+  functions:
+    nodes: [edge-1, fog]
+    functions: [{name: mm, module: matmul}]
+"""
+    )
+    assert exp.workload.sections == ["fl", "functions"]
+    plan = make_plan(exp)
+    by = {n.name: n for n in plan.nodes}
+    assert by["edge-1"].workloads == ("fl", "functions") and by["fog"].workloads == ("functions",)
+    assert by["fog"].role == "none"  # not an FL client: FL does not run there
+    assert [n.name for n in plan.clients] == ["edge-1", "edge-2"]
+    assert [by[n].partition_id for n in ("edge-1", "edge-2")] == [0, 1]
+    assert by["edge-1"].uplink == exp.links.for_node("edge-1", exp.fleet.nodes[2], "cloud")
+
+
+def test_a_workload_naming_an_unknown_node_is_an_error_with_path_and_line() -> None:
+    text = FLEET + "workload:\n  fl:\n    rounds: 1\n    nodes:\n      - cloud\n      - fog\n"
+    [(line, path, msg)] = problems(text + "      - edge-9\n")
+    assert (line, path) == (13, "workload.fl.nodes.2")
+    assert "'edge-9' is not defined in fleet.nodes" in msg and "edge-1" in msg
+
+
+def test_two_workloads_claiming_one_gpu_slot_is_an_error_with_path_and_line() -> None:
+    text = (
+        FLEET
+        + """\
+workload:
+  fl:
+    rounds: 1
+    gpu_slots: {fog: 1}
+  functions:
+    functions:
+      - {name: mm, module: matmul, mode: gpu, node: fog}
+"""
+    )
+    [(line, path, msg)] = problems(text)
+    assert (line, path) == (13, "workload.functions.functions.0.node")
+    assert "2 GPU slots of node 'fog' claimed" in msg and "workload.fl.gpu_slots.fog" in msg
+    # the cloud GPU has 4 slots: the same two claims fit there
+    ok = text.replace("{fog: 1}", "{cloud: 1}").replace("node: fog", "node: cloud")
+    assert parse_spec(ok).workload.sections == ["fl", "functions"]
+
+
+def test_gpu_slots_on_a_node_without_gpu_and_in_process_workloads_beside_others() -> None:
+    text = FLEET + "workload:\n  fl:\n    rounds: 1\n    gpu_slots: {edge-1: 1}\n"
+    [(line, path, msg)] = problems(text)
+    assert (line, path) == (10, "workload.fl.gpu_slots.edge-1") and "but it has 0" in msg
+    text = FLEET + "workload:\n  fl: {rounds: 1}\n  compress: {}\n"
+    found = problems(text)
+    assert any(p == "workload.compress" and "cannot share a run" in m for _l, p, m in found)
+
+
+def test_old_store_gets_the_workload_column_and_rows_are_tagged(tmp_path: Path) -> None:
+    db = sqlite3.connect(tmp_path / "testbed.db")  # a store from before the tag
+    db.execute(
+        "CREATE TABLE metrics (id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT, ts REAL,"
+        " round INTEGER, node TEXT, name TEXT NOT NULL, value REAL, tags TEXT)"
+    )
+    db.execute(
+        "CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL,"
+        " ts REAL NOT NULL, kind TEXT NOT NULL, round INTEGER, node TEXT, data TEXT)"
+    )
+    db.execute("INSERT INTO metrics (run_id, ts, name, value) VALUES ('old', 1, 'acc', 0.5)")
+    db.commit()
+    db.close()
+    store = RunStore(tmp_path)
+    assert [r.workload for r in store.workload_metrics("old")] == [None]
+    fl, fleet = store.tagged("fl"), store.tagged(None)
+    fl.add_metric("r", "global_acc", 0.9, round=1)
+    fl.add_event("r", "round_end", round=1)
+    fleet.add_event("r", "node_down", node="edge-1")
+    assert [(r.name, r.workload) for r in store.workload_metrics("r")] == [("global_acc", "fl")]
+    assert sorted(store.event_workloads("r").values(), key=str) == [None, "fl"]
+
+
+def test_a_route_through_a_nodes_link_shares_its_bandwidth() -> None:
+    """Two servers on one node behind one link: bytes to a route go down the link (the
+    node's own traffic goes up), and two transfers down at once share its one rate."""
+    params = LinkParams(bandwidth_mbps=20)
+    size = 750_000  # 0.3 s alone at 20 Mbps
+    up_server, route_server = Server(Sink()), Server(Sink())
+    proxy = ShapingProxy("edge-1", "127.0.0.1", up_server.port, params, seed=1)
+    port = proxy.start()
+    times: dict[str, float] = {}
+
+    def together(targets: dict[str, int]) -> float:
+        def go(key: str, p: int) -> None:
+            times[key] = send_all(p, payload(size, seed=2))[0]
+
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=go, args=kv) for kv in targets.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return time.monotonic() - t0
+
+    try:
+        r1, r2 = proxy.add_route(route_server.port), proxy.add_route(route_server.port)
+        alone, digest = send_all(r1, payload(size))
+        assert digest == hashlib.sha256(payload(size)).digest()
+        assert proxy.counters()["bytes_down"] == size  # towards the node
+        opposite = together({"up": port, "down": r1})  # full duplex: one bucket each way
+        same_way = together({"a": r1, "b": r2})
+    finally:
+        proxy.stop()
+        up_server.close()
+        route_server.close()
+    ideal = size * 8 / 20e6
+    assert set(times) == {"up", "down", "a", "b"}
+    assert abs(alone / ideal - 1) < 2 * BW_TOL, (alone, ideal)
+    assert opposite < 1.5 * ideal, (opposite, times)
+    assert abs(same_way / (2 * ideal) - 1) < 2 * BW_TOL, (same_way, times)

@@ -1,0 +1,85 @@
+"""Two workloads on one fleet, end to end on the local backend: FL (a real SuperLink and
+SuperNodes) and serverless functions (a real function runtime) share the node edge-1,
+its link and the fault schedule; an outage of edge-1 shows in both workloads' records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from testbed.runner import run_experiment
+from testbed.spec.loader import parse_spec
+from testbed.store import RunStore
+from tests.conftest import processes_under
+
+pytestmark = pytest.mark.slow
+
+SPEC = """\
+name: together
+seed: 3
+fleet:
+  nodes:
+    - {id: cloud, tier: cloud, profile: cloud-gpu}
+    - {id: edge, tier: edge, profile: jetson-orin-nano, count: 2}
+links:
+  defaults:
+    edge-cloud: {bandwidth_mbps: 50, latency_ms: 10}
+workload:
+  fl:
+    rounds: 4
+    protocol_timing: fast
+    round_timeout_s: 40
+    nodes: [cloud, edge]
+  functions:
+    duration_s: 36
+    nodes: [edge-1]
+    functions:
+      - name: idle
+        module: idle
+        slo_ms: 100
+        request: {wait_ms: 5}
+        arrivals: {kind: poisson, rate_rps: 4}
+faults:
+  - {kind: outage, node: edge-1, at_time_s: 20, duration_s: 4}
+"""
+
+
+def test_fl_and_functions_share_a_fleet_and_a_node_outage(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs")
+    res = run_experiment(parse_spec(SPEC), store, spec_path="inline")
+    assert res.status == "completed", res.summary
+    assert set(res.summary["workloads"]) == {"fl", "functions"}
+    rid = res.run_id
+    events = store.events(rid)
+    owner = store.event_workloads(rid)
+    assert sum(e.kind == "fleet_starting" for e in events) == 1  # one fleet
+    assert sum(e.kind == "fault_injected" for e in events) == 1  # one fault schedule
+    hit = next(e for e in events if e.kind == "fault_injected")
+    down = next(e for e in events if e.kind == "node_down" and e.node == "edge-1")
+    back = next(e for e in events if e.kind == "node_restarted" and e.node == "edge-1")
+    assert owner[down.id] is None  # the fleet's event, not one workload's
+    rows = store.workload_metrics(rid)
+    tagged = {(r.workload, r.name) for r in rows}
+    assert ("fl", "global_acc") in tagged and ("functions", "e2e_ms") in tagged
+    assert {r.workload for r in rows if r.workload is None or r.name.startswith("link_")} == {
+        None
+    }  # the shared links' counters are the fleet's, recorded once
+    assert sum(r.name == "link_bytes_up" and r.node == "edge-1" for r in rows) == 1
+    assert all(r.workload is not None for r in rows if not r.name.startswith("link_"))
+    # FL saw the outage: edge-1 missed (failed or was left out of) a round
+    statuses = {(s.round, s.node): s.status for s in store.round_status(rid)}
+    assert any(st != "completed" for (_r, n), st in statuses.items() if n == "edge-1")
+    assert statuses.get((4, "edge-2")) == "completed"
+    # the functions saw it too: answered before, errors once edge-1 was down
+    fn = [r for r in rows if r.workload == "functions" and r.node == "idle"]
+    ok_before = [r for r in fn if r.name == "e2e_ms" and r.ts < hit.ts]
+    errors = [r for r in fn if r.name == "request_error"]
+    assert ok_before and errors
+    assert min(r.ts for r in errors) >= hit.ts  # none before the fault
+    assert back.ts > down.ts
+    # ... and recovered: the restarted node's runtime got the function again and answered
+    redeployed = [r for r in fn if r.name == "cold_start_s" and r.tags.get("phase") == "redeploy"]
+    assert redeployed and redeployed[0].ts > back.ts
+    assert any(r.name == "e2e_ms" and r.ts > redeployed[0].ts for r in fn)
+    assert processes_under(tmp_path) == []

@@ -44,6 +44,13 @@ class _Namespaced(Protocol):
     def exec_prefix(self, side: str) -> list[str]: ...
 
 
+@runtime_checkable
+class _RadioClocked(Protocol):
+    """A link with a radio schedule of its own (mmwave), played from the ready time."""
+
+    def restart_radio_clock(self, t0: float) -> None: ...
+
+
 def _env(flwr_home: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update(FLOWER_ENV)
@@ -171,11 +178,12 @@ class LocalBackend:
         return self.run_dir / "nodes" / name / "ready"
 
     def _start_links(self, mode: str) -> None:
-        """One link of kind ``mode`` (:data:`~testbed.emulation.kinds.LINK_KINDS`) per
-        client node, between it and the SuperLink; a kind whose client side lives in a
-        network namespace also tells how to start the node there."""
-        factory = LINK_KINDS[mode]
+        """One link of kind ``mode`` (:data:`~testbed.emulation.kinds.LINK_KINDS`), or of
+        the link's own ``kind``, per client node, between it and the SuperLink; a kind
+        whose client side lives in a network namespace also tells how to start the node
+        there."""
         for i, node in enumerate(self.plan.clients):
+            factory = LINK_KINDS[node.uplink.kind_in(mode)]
             link = factory(
                 node.name,
                 node.uplink.params(),
@@ -185,6 +193,7 @@ class LocalBackend:
                 server_port=int(self.superlink_port or 0),
                 server_netns=self.netns,
                 run_tag=self._run_tag,
+                **node.uplink.link_options(),
             )
             link.start()
             self._links[node.name] = link
@@ -225,6 +234,8 @@ class LocalBackend:
             link = self._links.get(node.name)
             if link is None:
                 continue
+            if isinstance(link, _RadioClocked):  # its radio schedule starts now too
+                link.restart_radio_clock(t0)
             if space is not None and node.name in space.nodes:  # orbital passes
                 link.run_schedule(space.link_schedule(node.name), t0)
             elif node.uplink.schedule:

@@ -32,6 +32,7 @@ from testbed.procs import Popen, ProcGroup, free_port, wait_port
 
 if TYPE_CHECKING:
     from testbed.space.schedule import SpaceModel
+    from testbed.spec.models import LinkSpec
 
 APP_DIR = Path(__file__).resolve().parents[2] / "nodes" / "fl" / "app"
 
@@ -306,6 +307,44 @@ class LocalBackend:
         for name in commands:
             wait_port(ports[name], timeout_s, self.procs.procs[name])
         return self._service_links(list(commands), ports)
+
+    def start_processes(self, commands: Mapping[str, list[str]]) -> None:
+        """Start nodes that run a workload's own program (no SuperNode, no port waited
+        for: e.g. semantic offload's devices and fog); their node handles (faults)
+        restart them with the same command."""
+        for name, cmd in commands.items():
+            self._cmds[name], self.node_ports[name] = list(cmd), 0
+            self.start_node(name)
+
+    def open_links(self, specs: Mapping[str, LinkSpec], server_port: int) -> dict[str, str]:
+        """A link per named node to one server port on this host (e.g. edge devices to
+        their fog node), each of its own kind (``links.mode`` or the link's ``kind``).
+
+        Returns
+        -------
+        dict[str, str]
+            Node name -> the ``host:port`` it dials (the server itself with
+            ``links.mode: none``).
+        """
+        mode = self.plan.experiment.links.mode
+        reach: dict[str, str] = {}
+        for name, spec in specs.items():
+            if mode == "none":
+                reach[name] = f"127.0.0.1:{server_port}"
+                continue
+            i = len(self._links)
+            link = LINK_KINDS[spec.kind_in(mode)](
+                name, spec.params(), index=i, seed=self.plan.seed * 1000 + i,
+                server_host="127.0.0.1", server_port=server_port, run_tag=self._run_tag,
+                **spec.link_options(),
+            )
+            if isinstance(link, _Namespaced):
+                raise ValueError(f"links.mode: {mode} links to a workload's own server need "
+                                 "a host-side kind (proxy, mmwave)")
+            link.start()
+            self._links[name] = link
+            reach[name] = link.connect_address(server_port)
+        return reach
 
     def _service_links(self, names: list[str], ports: Mapping[str, int]) -> dict[str, int]:
         """A shaping proxy in front of each service node's server (none with

@@ -515,6 +515,9 @@ class Experiment(Frozen):
         refs += [
             (f"faults.{i}.node", f.node) for i, f in enumerate(self.faults) if f.node is not None
         ]
+        for key, section in (self.workload.__pydantic_extra__ or {}).items():
+            named = getattr(section, "node_references", None)  # a registered workload's
+            refs += [(f"workload.{key}.{path}", node) for path, node in (named() if named else [])]
         return refs
 
     def profile_of(self, node: NodeSpec) -> DeviceProfile:

@@ -28,6 +28,8 @@ __all__ = [
     "DIGITS_TASKS",
     "EnergyModelSpec",
     "BitBaselineSpec",
+    "MmwaveLinkSpec",
+    "MmwaveSegment",
     "SemanticMuxSpec",
 ]
 
@@ -221,3 +223,73 @@ class SemanticMuxSpec(Frozen):
     def effective_train_steps(self) -> int:
         """Training steps after applying :attr:`quick`."""
         return self.quick_train_steps if self.quick else self.train_steps
+
+
+#: Path-loss models of :class:`MmwaveLinkSpec` (TR 38.901 Table 7.4.1-1, and free space).
+PATH_LOSS_MODELS: tuple[str, ...] = ("fspl", "umi_los", "umi_nlos", "uma_los", "uma_nlos")
+
+
+class MmwaveSegment(Frozen):
+    """From ``at_s`` seconds after the fleet is ready, the radio has these values (the
+    ones not given keep theirs): a UE speeding up, an SNR drop, a UE moving away."""
+
+    at_s: float = Field(ge=0)
+    snr_db: float | None = Field(None, ge=-30, le=60)
+    distance_m: float | None = Field(None, gt=0, le=100_000)
+    speed_mps: float | None = Field(None, ge=0, le=500)
+
+
+class MmwaveLinkSpec(Frozen):
+    """Sionna channel parameters of a ``kind: mmwave`` link (the rate is MODELLED).
+
+    The edge end is the user equipment (transmitter, ``num_tx_antennas``), the other end
+    its base station (``num_rx_antennas``). Give ``snr_db`` or ``distance_m`` (then the
+    SNR comes from ``path_loss``, ``tx_power_dbm`` and ``noise_figure_db`` over the
+    allocated bandwidth). See docs/links.md, section mmWave links.
+    """
+
+    channel_model: Literal["cdl", "tdl"] = "cdl"
+    channel_profile: Literal["A", "B", "C", "D", "E"] = "C"
+    carrier_frequency_hz: float = Field(28e9, ge=0.5e9, le=100e9)
+    subcarrier_spacing_hz: float = 120e3
+    num_resource_blocks: int = Field(66, ge=1, le=275)
+    num_tx_antennas: int = Field(4, ge=1, le=16)
+    num_rx_antennas: int = Field(4, ge=1, le=16)
+    delay_spread_s: float = Field(30e-9, gt=0, le=5e-6)
+    snr_db: float | None = Field(None, ge=-30, le=60)
+    distance_m: float | None = Field(None, gt=0, le=100_000)
+    path_loss: Literal["fspl", "umi_los", "umi_nlos", "uma_los", "uma_nlos"] = "umi_los"
+    tx_power_dbm: float = Field(23.0, ge=-30, le=60)
+    noise_figure_db: float = Field(7.0, ge=0, le=30)
+    speed_mps: float = Field(3.0, ge=0, le=500)
+    target_bler: float = Field(0.1, gt=0, lt=1)
+    overhead_fraction: float = Field(0.10, ge=0, lt=1)
+    implementation_gap_db: float = Field(3.0, ge=0, le=20)
+    update_s: float = Field(0.2, ge=0.01, le=10)
+    calibration_blocks: int = Field(512, ge=16, le=65536)
+    schedule: list[MmwaveSegment] = Field(default_factory=list)
+
+    @field_validator("subcarrier_spacing_hz")
+    @classmethod
+    def _nr_scs(cls, v: float) -> float:
+        if v not in NR_SUBCARRIER_SPACINGS_HZ:
+            raise ValueError(
+                f"subcarrier_spacing_hz must be an NR numerology, one of "
+                f"{[int(s) for s in NR_SUBCARRIER_SPACINGS_HZ]}, got {v}"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _snr_or_distance(self) -> MmwaveLinkSpec:
+        if (self.snr_db is None) == (self.distance_m is None):
+            raise ValueError("give exactly one of snr_db or distance_m (with path_loss)")
+        if self.channel_model == "cdl":
+            for name in ("num_tx_antennas", "num_rx_antennas"):
+                if getattr(self, name) % 2:
+                    raise ValueError(f"{name}: must be even for cdl (dual polarisation)")
+        for i, seg in enumerate(self.schedule):
+            if seg.snr_db is not None and self.snr_db is None:
+                raise ValueError(f"schedule.{i}.snr_db: this link is set by distance_m")
+            if seg.distance_m is not None and self.distance_m is None:
+                raise ValueError(f"schedule.{i}.distance_m: this link is set by snr_db")
+        return self

@@ -32,7 +32,8 @@ class LinkCapacity:
     spectral_efficiency_bps_per_hz : float
         Ergodic capacity per channel use [bit/s/Hz] (= bit per RE) before overhead.
     airtime_s : float
-        Time on air of the payload [s] = payload bits / throughput.
+        Time on air of the payload [s]: its resource elements in whole OFDM symbols of
+        the allocation (:meth:`radio.numerology.Numerology.airtime_s`).
     channel_uses : float
         Resource elements the payload occupies (payload bits / bit per RE after overhead).
     slots : int
@@ -167,7 +168,7 @@ def radio_link_capacity(
     return LinkCapacity(
         capacity_mbps=rate_bps / 1e6,
         spectral_efficiency_bps_per_hz=se,
-        airtime_s=payload_bits / rate_bps if rate_bps > 0 else math.inf,
+        airtime_s=num.airtime_s(channel_uses) if math.isfinite(channel_uses) else math.inf,
         channel_uses=channel_uses,
         slots=num.slots_needed(channel_uses) if math.isfinite(channel_uses) else 0,
         symbol_rate_per_s=num.symbol_rate_per_s,

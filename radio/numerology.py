@@ -2,7 +2,10 @@
 
 One *channel use* is one resource element (RE): one subcarrier during one OFDM symbol. On a
 MIMO link one channel use carries one complex symbol on every spatial stream at once, so
-``airtime = channel_uses / symbol_rate`` does not depend on the number of streams.
+airtime does not depend on the number of streams. A transmission occupies whole OFDM
+symbols of the allocation (``granularity="symbol"``: ``ceil(REs / subcarriers)`` symbols,
+mini-slot scheduling) or whole slots (``"slot"``: ``ceil(REs / (subcarriers x 14))``),
+never a fraction of a symbol: a few REs cost a full symbol of the allocated band.
 
 Conventions (3GPP TS 38.211 section 4): numerology ``mu`` with subcarrier spacing
 ``15 kHz * 2**mu``; a slot lasts ``1 ms / 2**mu`` and holds 14 OFDM symbols (normal cyclic
@@ -76,11 +79,27 @@ class Numerology:
         """Channel uses (REs) per second over the allocated bandwidth [1/s]."""
         return self.num_subcarriers / self.ofdm_symbol_duration_s
 
-    def airtime_s(self, channel_uses: float) -> float:
-        """Airtime [s] of ``channel_uses`` REs: ``channel_uses / symbol_rate_per_s``."""
+    def symbols_needed(self, channel_uses: float) -> int:
+        """Whole OFDM symbols of the allocation that carry ``channel_uses`` REs."""
+        return math.ceil(channel_uses / self.num_subcarriers)
+
+    def airtime_s(self, channel_uses: float, granularity: str = "symbol") -> float:
+        """Airtime [s] of ``channel_uses`` REs at the scheduling granularity.
+
+        Parameters
+        ----------
+        channel_uses : float
+            Resource elements to send (>= 0).
+        granularity : {"symbol", "slot"}
+            Whole OFDM symbols (x symbol duration) or whole slots (x slot duration).
+        """
         if channel_uses < 0:
             raise ValueError(f"channel_uses must be >= 0, got {channel_uses}")
-        return channel_uses / self.symbol_rate_per_s
+        if granularity == "symbol":
+            return self.symbols_needed(channel_uses) * self.ofdm_symbol_duration_s
+        if granularity == "slot":
+            return self.slots_needed(channel_uses) * self.slot_duration_s
+        raise ValueError(f"granularity must be 'symbol' or 'slot', got {granularity!r}")
 
     def slots_needed(self, channel_uses: float) -> int:
         """Whole slots needed to carry ``channel_uses`` REs (scheduling granularity)."""

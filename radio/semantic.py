@@ -131,8 +131,8 @@ class SemanticMultiplexer(Block):
         # Each latent arrives standardised (batch statistics, see SemanticMuxSystem) so that
         # no task can drown the others in the power normalisation that follows, and no task
         # wastes power on a constant offset (without it, training collapses onto some tasks).
-        z = torch.stack(z)
-        merged = torch.einsum("kbd,kdm->bm", z, self.bindings)  # sum_k z_k B_k
+        stacked = torch.stack(z)
+        merged = torch.einsum("kbd,kdm->bm", stacked, self.bindings)  # sum_k z_k B_k
         v = self.precoder(merged)
         return normalize_power(real_to_complex(v, self.num_streams, self.num_uses))
 
@@ -228,8 +228,8 @@ class SemanticMuxSystem(Block):
         linear read-out of each task latent used only as an auxiliary training loss (without
         it, tasks learned early starve the others of channel capacity).
         """
-        zs, kls = zip(*(e(x) for e, x in zip(self.encoders, xs, strict=True)), strict=True)
-        zs = [n(z) for n, z in zip(self.latent_norms, zs, strict=True)]
+        raw, kls = zip(*(e(x) for e, x in zip(self.encoders, xs, strict=True)), strict=True)
+        zs = [n(z) for n, z in zip(self.latent_norms, raw, strict=True)]
         aux = [a(z) for a, z in zip(self.aux_heads, zs, strict=True)]
         return self.mux(list(zs)), {"kl": torch.stack(kls).sum(0), "aux_logits": aux}
 

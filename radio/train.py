@@ -125,8 +125,10 @@ def train_system(
     for step in range(cfg.steps):
         xs, ys = data.train_batch(cfg.batch_size, gen)
         if digital:
+            assert isinstance(system, BitLevelSystem)
             logits, kl, aux_logits = system.classify_clean(xs), torch.zeros(()), None
         else:
+            assert h_bank is not None, "a channel bank is needed to train through the channel"
             b = cfg.batch_size
             i = torch.randint(0, h_bank.shape[0], (b,), generator=gen, device="cpu")
             u = torch.rand(b, generator=gen, device="cpu")

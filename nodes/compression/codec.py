@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from nodes.compression.svd import SvdStats
 from nodes.compression.tensorize import TensorPlan, plan_for
 from nodes.compression.tt import tt_svd, tt_to_full
 
@@ -37,6 +38,8 @@ def encode_update(
     eps: float,
     max_rank: int | None = None,
     min_numel: int = 1024,
+    backend: str = "lapack",
+    stats: SvdStats | None = None,
 ) -> dict[str, np.ndarray]:
     """TT-encode a state dict.
 
@@ -51,6 +54,10 @@ def encode_update(
         Cap on TT ranks (the error bound may then not hold).
     min_numel : int
         Arrays with fewer entries pass through raw.
+    backend : {"lapack", "two_phase"}
+        SVD back-end of the TT-SVDs (:mod:`nodes.compression.svd`).
+    stats : SvdStats, optional
+        Receives the SVDs' time (and FLOPs, two_phase) per phase.
 
     Returns
     -------
@@ -72,7 +79,7 @@ def encode_update(
             out[f"{key}@{RAW}"] = arr
             continue
         w = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float64))
-        tt = tt_svd(plan.to_tensor(w), eps, max_rank)
+        tt = tt_svd(plan.to_tensor(w), eps, max_rank, backend, stats)
         if tt.num_params >= arr.size:
             out[f"{key}@{RAW}"] = arr
             continue

@@ -71,31 +71,46 @@ def train(msg: Message, context: Context) -> Message:
     t0 = time.perf_counter()
     train_loss = task.train(model, data, spec, seed * 1000 + server_round, lr=lr, proximal_mu=mu)
     real_s = time.perf_counter() - t0
-    stretch(real_s, float(str(context.node_config.get("speed-factor", 1.0))), control.slowdown)
-    metrics["device-time-s"] = time.perf_counter() - t0  # measured: compute + emulated wait
+    speed = float(str(context.node_config.get("speed-factor", 1.0)))
+    stretch(real_s, speed, control.slowdown)
     metrics["train-duration-s"] = real_s
     metrics["train-loss"] = train_loss
     if control.misconfig in ("noise", "nan"):
         task.corrupt(model, control.misconfig, control.factor, seed + server_round)
         metrics["corrupted"] = 1
     metrics["num-examples"] = len(splits.silo_train[pid])
-    arrays, compressed = _uplink(spec, model, msg, context)
-    if compressed:
+    arrays, tt = _uplink(spec, model, msg, context, speed, control.slowdown)
+    if tt is not None:  # TT-SVD ran on the device: its time counts in the device time
+        metrics.update(tt)
         metrics["tt-compressed"] = 1
+    metrics["device-time-s"] = time.perf_counter() - t0  # measured: compute + emulated wait
     content = RecordDict({"arrays": arrays, "metrics": MetricRecord(metrics)})
     return Message(content=content, reply_to=msg)
 
 
 def _uplink(
-    spec: FLSpec, model: torch.nn.Module, msg: Message, context: Context
-) -> tuple[ArrayRecord, bool]:
-    """The arrays sent back and whether they are a TT-encoded update (else the weights)."""
+    spec: FLSpec,
+    model: torch.nn.Module,
+    msg: Message,
+    context: Context,
+    speed: float,
+    slowdown: float,
+) -> tuple[ArrayRecord, Metrics | None]:
+    """The arrays sent back and, for a TT-encoded update (else the weights), the TT-SVD's
+    measured, device (stretched by ``speed`` and ``slowdown``) and modelled engine
+    times."""
+    from nodes.compression.device_time import encode_on_device
+
     up = spec.uplink
     if up.compression == "tt" and context.node_config.get("tier") in up.tiers:
         # TT-Edge uplink: the encoded update, residual kept in context.state
         received = msg.content.array_records["arrays"]
-        return task.encode_delta(model, received, up, context.state), True
-    return ArrayRecord(model.state_dict()), False
+        record, tt = encode_on_device(
+            lambda stats: task.encode_delta(model, received, up, context.state, stats),
+            up.svd_backend, up.engine_profile, speed, slowdown,
+        )
+        return record, dict(tt)
+    return ArrayRecord(model.state_dict()), None
 
 
 @app.evaluate()

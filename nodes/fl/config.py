@@ -141,6 +141,23 @@ class UplinkSpec(Frozen):
         "float32", description="float arrays of the encoded update are sent in this dtype"
     )
     tiers: list[Tier] = Field(default_factory=lambda: list(DEFAULT_TT_TIERS))
+    svd_backend: Literal["lapack", "two_phase"] = Field(
+        "lapack",
+        description="TT-SVD on the device: LAPACK, or TT-Edge's two phases "
+        "(Householder bidiagonalisation, then implicit-QR diagonalisation)",
+    )
+    engine_profile: str = Field(
+        "riscv-edge-ttd", description="MODELLED TT-Edge engine (nodes/compression/cost_model)"
+    )
+
+    @field_validator("engine_profile")
+    @classmethod
+    def _engine(cls, v: str) -> str:
+        from nodes.compression.cost_model import PROFILES
+
+        if v not in PROFILES:
+            raise ValueError(f"unknown engine profile {v!r}; choose one of {sorted(PROFILES)}")
+        return v
 
 
 class FLSpec(Hosted):

@@ -17,6 +17,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
+from nodes.compression.device_time import TT_METRICS
 from nodes.fl.identity import NodeDirectory
 from nodes.fl.late import LateReplies, StalePolicy
 from nodes.fl.task import array_nbytes, decode_delta, weighted_average
@@ -28,6 +29,7 @@ TRAIN_METRICS = (
     ("train-duration-s", "train_duration_s"),
     ("device-time-s", "device_time_s"),
     ("num-examples", "num_examples"),
+    *TT_METRICS,  # TT-SVD on the device: measured, stretched, modelled engine
 )
 
 

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     import torch
     from flwr.app import ArrayRecord, RecordDict
 
+    from nodes.compression.svd import SvdStats
+
 
 @dataclass(frozen=True)
 class Splits:
@@ -218,6 +220,7 @@ def encode_delta(
     received: ArrayRecord,
     uplink: UplinkSpec,
     state: RecordDict | None = None,
+    stats: SvdStats | None = None,
 ) -> ArrayRecord:
     """TT-encode ``model``'s update against the ``received`` global ArrayRecord.
 
@@ -235,7 +238,9 @@ def encode_delta(
     if uplink.error_feedback and state is not None and "tt-residual" in state:
         res = state.array_records["tt-residual"]
         delta = {k: d + res[k].numpy() if k in res else d for k, d in delta.items()}
-    enc = encode_update(delta, uplink.eps, uplink.max_rank, uplink.min_numel)
+    enc = encode_update(
+        delta, uplink.eps, uplink.max_rank, uplink.min_numel, uplink.svd_backend, stats
+    )
     if uplink.wire_dtype == "float16":  # halve the bytes of cores and raw float tensors
         enc = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in enc.items()}
     if uplink.error_feedback and state is not None:

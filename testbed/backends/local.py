@@ -33,6 +33,7 @@ from testbed.procs import Popen, ProcGroup, free_port, wait_port
 
 if TYPE_CHECKING:
     from testbed.space.schedule import SpaceModel
+    from testbed.spec.models import LinkSpec
 
 APP_DIR = Path(__file__).resolve().parents[2] / "nodes" / "fl" / "app"
 SUPEREXEC_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"  # Flower's own setting, s
@@ -45,6 +46,13 @@ class _Namespaced(Protocol):
     behind ``exec_prefix(side)``."""
 
     def exec_prefix(self, side: str) -> list[str]: ...
+
+
+@runtime_checkable
+class _RadioClocked(Protocol):
+    """A link with a radio schedule of its own (mmwave), played from the ready time."""
+
+    def restart_radio_clock(self, t0: float) -> None: ...
 
 
 def _env(flwr_home: Path) -> dict[str, str]:
@@ -189,11 +197,12 @@ class LocalBackend:
         return self.run_dir / "nodes" / name / "ready"
 
     def _start_links(self, mode: str) -> None:
-        """One link of kind ``mode`` (:data:`~testbed.emulation.kinds.LINK_KINDS`) per
-        client node, between it and the SuperLink; a kind whose client side lives in a
-        network namespace also tells how to start the node there."""
-        factory = LINK_KINDS[mode]
+        """One link of kind ``mode`` (:data:`~testbed.emulation.kinds.LINK_KINDS`), or of
+        the link's own ``kind``, per client node, between it and the SuperLink; a kind
+        whose client side lives in a network namespace also tells how to start the node
+        there."""
         for i, node in enumerate(self.plan.clients):
+            factory = LINK_KINDS[node.uplink.kind_in(mode)]
             link = factory(
                 node.name,
                 node.uplink.params(),
@@ -203,6 +212,7 @@ class LocalBackend:
                 server_port=int(self.superlink_port or 0),
                 server_netns=self.netns,
                 run_tag=self._run_tag,
+                **node.uplink.link_options(),
             )
             link.start()
             self._links[node.name] = link
@@ -247,6 +257,8 @@ class LocalBackend:
             link = self._links.get(node.name)
             if link is None or (only is not None and node.name not in only):
                 continue
+            if isinstance(link, _RadioClocked):  # its radio schedule starts now too
+                link.restart_radio_clock(t0)
             if space is not None and node.name in space.nodes:  # orbital passes
                 link.run_schedule(space.link_schedule(node.name), t0)
             elif node.uplink.schedule:
@@ -338,6 +350,43 @@ class LocalBackend:
         """Process keys of node ``name``: its own and those of other workloads beside it."""
         keys = [name, *self._beside.get(name, [])]
         return [k for k in keys if k in self._cmds or k in self.procs.procs]
+    def start_processes(self, commands: Mapping[str, list[str]]) -> None:
+        """Start nodes that run a workload's own program (no SuperNode, no port waited
+        for: e.g. semantic offload's devices and fog); their node handles (faults)
+        restart them with the same command."""
+        for name, cmd in commands.items():
+            self._cmds[name], self.node_ports[name] = list(cmd), 0
+            self.start_node(name)
+
+    def open_links(self, specs: Mapping[str, LinkSpec], server_port: int) -> dict[str, str]:
+        """A link per named node to one server port on this host (e.g. edge devices to
+        their fog node), each of its own kind (``links.mode`` or the link's ``kind``).
+
+        Returns
+        -------
+        dict[str, str]
+            Node name -> the ``host:port`` it dials (the server itself with
+            ``links.mode: none``).
+        """
+        mode = self.plan.experiment.links.mode
+        reach: dict[str, str] = {}
+        for name, spec in specs.items():
+            if mode == "none":
+                reach[name] = f"127.0.0.1:{server_port}"
+                continue
+            i = len(self._links)
+            link = LINK_KINDS[spec.kind_in(mode)](
+                name, spec.params(), index=i, seed=self.plan.seed * 1000 + i,
+                server_host="127.0.0.1", server_port=server_port, run_tag=self._run_tag,
+                **spec.link_options(),
+            )
+            if isinstance(link, _Namespaced):
+                raise ValueError(f"links.mode: {mode} links to a workload's own server need "
+                                 "a host-side kind (proxy, mmwave)")
+            link.start()
+            self._links[name] = link
+            reach[name] = link.connect_address(server_port)
+        return reach
 
     def _service_links(self, names: list[str], ports: Mapping[str, int]) -> dict[str, int]:
         """A shaping proxy in front of each service node's server (none with

@@ -29,10 +29,13 @@ The factories import their module when called, so importing this one is cheap.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from nodes.registry import Registry
 from testbed.emulation.link import Link, LinkParams
+
+if TYPE_CHECKING:
+    from radio.config import MmwaveLinkSpec
 
 
 class LinkFactory(Protocol):
@@ -120,3 +123,25 @@ def make_netem(
 
     name = f"{run_tag}n{index}" if run_tag else node_name
     return NetemLink(name, params, index=index, seed=seed, server_netns=server_netns)
+
+
+@LINK_KINDS.register("mmwave")
+def make_mmwave(
+    node_name: str,
+    params: LinkParams,
+    *,
+    index: int,
+    seed: int,
+    server_host: str,
+    server_port: int,
+    server_netns: str | None = None,
+    run_tag: str = "",
+    radio: MmwaveLinkSpec | None = None,
+) -> Link:
+    """An :class:`~testbed.emulation.mmwave.MmwaveLink`: the userspace proxy whose rate
+    follows a Sionna channel (``radio``: the link's ``mmwave:`` parameters; default
+    :data:`~testbed.emulation.mmwave.DEFAULT_MMWAVE`)."""
+    from testbed.emulation.mmwave import DEFAULT_MMWAVE, MmwaveLink
+
+    spec = radio or DEFAULT_MMWAVE
+    return MmwaveLink(node_name, server_host, server_port, params, spec, seed=seed)

@@ -24,7 +24,7 @@ from pydantic import (
 from nodes.compression.config import CompressSpec
 from nodes.fl.config import FLSpec
 from nodes.frozen import Frozen
-from radio.config import SemanticMuxSpec
+from radio.config import MmwaveLinkSpec, SemanticMuxSpec
 from testbed.functions.config import FunctionsSpec
 from testbed.simulation.config import SimulationSpec
 from testbed.space.config import SpaceSpec
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 Tier = Literal["edge", "fog", "cloud", "space"]
 TIERS: tuple[str, ...] = ("edge", "fog", "cloud", "space")
+RADIO_TIERS: tuple[str, ...] = ("edge",)  # tiers whose nodes have a radio (mmwave UE)
 NODE_ID = re.compile(r"^[a-z][a-z0-9-]*$")
 MAX_FLEET_NODES = 100_000  # nodes of one fleet, replicas included (beyond simulation scale)
 MAX_SEED = 2**32 - 1  # numpy and torch accept every seed up to here (+ repetitions)
@@ -68,14 +69,46 @@ class LinkSegment(LinkState):
 
 
 class LinkSpec(LinkState):
-    """An emulated link; ``schedule`` makes it time-varying (piecewise constant)."""
+    """An emulated link; ``schedule`` makes it time-varying (piecewise constant).
+
+    ``kind`` (a registered link kind) overrides ``links.mode`` for this link;
+    ``kind: mmwave`` takes its rate from the ``mmwave:`` channel parameters.
+    """
 
     schedule: list[LinkSegment] = Field(default_factory=list)
+    kind: str | None = Field(None, description="a link kind; default: links.mode")
+    mmwave: MmwaveLinkSpec | None = None
+
+    @field_validator("kind")
+    @classmethod
+    def _link_kind(cls, v: str | None) -> str | None:
+        from testbed.emulation.kinds import LINK_KINDS
+
+        if v is not None and v not in LINK_KINDS:
+            raise ValueError(f"unknown link kind {v!r}; choose one of {[*LINK_KINDS]}")
+        return v
+
+    @model_validator(mode="after")
+    def _radio(self) -> LinkSpec:
+        if self.mmwave is not None and self.kind not in (None, "mmwave"):
+            raise ValueError(f"mmwave: channel parameters need kind: mmwave (not {self.kind})")
+        if self.mmwave is not None and self.bandwidth_mbps is not None:
+            raise ValueError("bandwidth_mbps: an mmwave link's rate comes from its channel")
+        return self
 
     def params(self) -> LinkParams:
         from testbed.emulation.link import LinkParams
 
-        return LinkParams(**self.model_dump(exclude={"schedule"}))
+        return LinkParams(**self.model_dump(exclude={"schedule", "kind", "mmwave"}))
+
+    def kind_in(self, mode: str) -> str:
+        """The link kind of this link under ``links.mode`` = ``mode``."""
+        return self.kind or ("mmwave" if self.mmwave is not None else mode)
+
+    def link_options(self) -> dict[str, Any]:
+        """Keyword arguments of its kind's factory beyond the common ones (mmwave:
+        ``radio``)."""
+        return {"radio": self.mmwave} if self.mmwave is not None else {}
 
     def link_schedule(self) -> LinkSchedule:
         """A ``LinkSchedule`` starting with this link's own properties at t = 0."""
@@ -432,6 +465,7 @@ class Experiment(Frozen):
             from testbed.spec.hosting import hosting_errors
 
             errors += hosting_errors(self, names)
+        errors += self._radio_errors()
         if errors:
             raise ValueError("\n".join(errors))  # one "path: message" per line
         return self
@@ -469,6 +503,44 @@ class Experiment(Frozen):
             errors.append("fleet.nodes: an fl workload needs at least one client node")
         return errors
 
+    def _radio_errors(self) -> list[str]:
+        """mmwave links on a pair with no radio side (no end in a RADIO_TIERS tier)."""
+        mode = self.links.mode
+        errors = [
+            f"links.defaults.{key}.kind: an mmwave link needs a radio side (one end in "
+            f"{list(RADIO_TIERS)}); {key!r} has none"
+            for key, spec in self.links.defaults.items()
+            if spec.kind_in(mode) == "mmwave" and not set(key.split("-")) & set(RADIO_TIERS)
+        ]
+        tiers = {
+            name: n.tier for n in (self.fleet.nodes if self.fleet else []) for name in n.names()
+        } | {n.id: n.tier for n in (self.fleet.nodes if self.fleet else [])}
+        errors += [
+            f"links.nodes.{key}.kind: an mmwave link needs a radio side (a node in "
+            f"{list(RADIO_TIERS)}); {key!r} is a {tiers[key]} node"
+            for key, spec in self.links.nodes.items()
+            if spec.kind_in(mode) == "mmwave" and tiers.get(key, "edge") not in RADIO_TIERS
+        ]
+        if mode == "mmwave":
+            fleet = self.fleet.nodes if self.fleet else []
+            bad = sorted(
+                name for n in fleet if n.fl_role != "server" and n.tier not in RADIO_TIERS
+                for name in n.names() if name not in self.links.nodes
+            )
+            if bad:
+                errors.append(
+                    f"links.mode: mmwave gives every node a radio link, but {bad} are not in "
+                    f"{list(RADIO_TIERS)}; use kind: mmwave on the edge nodes' links instead"
+                )
+        if mode == "none":
+            errors += [
+                f"links.{part}.{key}.kind: links.mode is none (no emulated links)"
+                for part, table in (("defaults", self.links.defaults), ("nodes", self.links.nodes))
+                for key, spec in table.items()
+                if spec.kind is not None or spec.mmwave is not None
+            ]
+        return errors
+
     def _node_references(self) -> list[tuple[str, str]]:
         """``(YAML path, node name)`` of every place outside ``fleet`` naming a node."""
         refs = [(f"links.nodes.{key}", key) for key in self.links.nodes]
@@ -484,6 +556,9 @@ class Experiment(Frozen):
         refs += [
             (f"faults.{i}.node", f.node) for i, f in enumerate(self.faults) if f.node is not None
         ]
+        for key, section in (self.workload.__pydantic_extra__ or {}).items():
+            named = getattr(section, "node_references", None)  # a registered workload's
+            refs += [(f"workload.{key}.{path}", node) for path, node in (named() if named else [])]
         return refs
 
     def profile_of(self, node: NodeSpec) -> DeviceProfile:

@@ -20,16 +20,23 @@ def test_numerology_mu3_120khz():
     assert n.symbol_rate_per_s == pytest.approx(792 * 14 / 125e-6)
 
 
-def test_airtime_is_channel_uses_over_symbol_rate():
+def test_airtime_counts_whole_ofdm_symbols_or_slots():
     n = Numerology(120e3, 66)
     assert n.airtime_s(0) == 0.0
-    assert n.airtime_s(n.symbol_rate_per_s) == pytest.approx(1.0)
-    # one full slot of REs lasts one slot
+    # a few REs still occupy one whole OFDM symbol of the allocation
+    assert n.airtime_s(8) == pytest.approx(n.ofdm_symbol_duration_s)
+    assert n.airtime_s(792) == pytest.approx(n.ofdm_symbol_duration_s)
+    assert n.airtime_s(793) == pytest.approx(2 * n.ofdm_symbol_duration_s)
+    assert n.airtime_s(8, "slot") == pytest.approx(n.slot_duration_s)
+    # one full slot of REs lasts one slot at both granularities
     assert n.airtime_s(792 * 14) == pytest.approx(n.slot_duration_s)
+    assert n.airtime_s(792 * 14 + 1, "slot") == pytest.approx(2 * n.slot_duration_s)
     assert n.slots_needed(792 * 14) == 1
     assert n.slots_needed(792 * 14 + 1) == 2
     # 15 kHz, 1 RB: 12 subcarriers x 14 symbols per 1 ms
     assert Numerology(15e3, 1).airtime_s(168) == pytest.approx(1e-3)
+    with pytest.raises(ValueError, match="granularity"):
+        n.airtime_s(1, "re")
 
 
 def test_numerology_rejects_bad_values():
@@ -48,9 +55,10 @@ def test_radio_link_capacity_units_and_monotonic():
     hi = radio_link_capacity(1e6, 20.0, num_realisations=64)
     assert lo.kind == "modelled"
     assert 0 < lo.capacity_mbps < hi.capacity_mbps
-    # airtime [s] = payload bits / rate [bit/s]
-    assert hi.airtime_s == pytest.approx(8e6 / (hi.capacity_mbps * 1e6))
-    assert hi.channel_uses == pytest.approx(hi.airtime_s * hi.symbol_rate_per_s)
+    # airtime [s]: the payload's REs in whole OFDM symbols, >= payload bits / rate
+    n = Numerology(120e3, 66)
+    assert hi.airtime_s == pytest.approx(n.airtime_s(hi.channel_uses))
+    assert 0 <= hi.airtime_s - 8e6 / (hi.capacity_mbps * 1e6) < n.ofdm_symbol_duration_s
     # 4x4 at 20 dB: between a SISO and an ideal 4-stream Shannon bound
     assert math.log2(1 + 10 ** 1.7) < hi.spectral_efficiency_bps_per_hz < 4 * math.log2(1 + 100)
     assert set(hi.as_dict()) >= {"capacity_mbps", "airtime_s", "kind"}

@@ -1,0 +1,78 @@
+"""TT-Edge on the device: the FL ClientApp's TT-SVD time counts in its device time,
+stretched to its profile, with the modelled engine time beside it.
+
+The real ClientApp (nodes/fl/client_app.py) trains and encodes through an in-process
+grid (tests/fl/federation.py); two nodes differ only in their profile's speed factor.
+"""
+
+from __future__ import annotations
+
+import pytest
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+
+from nodes.compression.device_time import TT_METRICS, lapack_flops
+from nodes.fl import task
+from nodes.fl.config import FLSpec
+from tests.fl.federation import LoopbackGrid
+
+SLOW = 0.25  # speed factor of the slow node (4x slower than this host)
+STRETCH_TOL = 0.25  # relative: device time vs measured time / speed factor
+STRETCH_ABS_S = 0.02  # absolute slack of sleep()
+
+
+def _train_replies(backend: str) -> list[dict[str, float]]:
+    spec = FLSpec.model_validate(
+        {"rounds": 1, "uplink": {"compression": "tt", "svd_backend": backend, "min_numel": 64}}
+    )
+    config = {
+        0: {"tier": "edge", "speed-factor": "1.0"},
+        1: {"tier": "edge", "speed-factor": str(SLOW)},
+    }
+    grid = LoopbackGrid(spec, 3, 2, config)
+    splits = task.get_splits(spec, 3, 2)
+    model = task.make_model(spec, splits)
+    msgs = [
+        Message(
+            RecordDict({
+                "arrays": ArrayRecord(model.state_dict()),
+                "config": ConfigRecord({"server-round": 1, "lr": spec.lr}),
+            }),
+            node,
+            "train",
+            group_id="1",
+        )
+        for node in grid.get_node_ids()
+    ]
+    grid.push_messages(msgs)
+    return [r.metrics for r in grid.replies]
+
+
+@pytest.mark.parametrize("backend", ["lapack", "two_phase"])
+def test_tt_svd_time_is_stretched_into_the_device_time(backend: str) -> None:
+    fast, slow = _train_replies(backend)
+    for m in (fast, slow):
+        assert m["tt-compressed"] == 1
+        assert all(key in m for key, _ in TT_METRICS)
+        assert 0 < m["tt-svd-s"] <= m["tt-encode-s"]
+        # modelled: the engine beats the GEMM-only baseline (profile riscv-edge-ttd)
+        assert 0 < m["tt-engine-modelled-s"] < m["tt-gemm-only-modelled-s"]
+    assert fast["tt-device-s"] == pytest.approx(fast["tt-encode-s"], abs=STRETCH_ABS_S)
+    want = slow["tt-encode-s"] / SLOW
+    assert abs(slow["tt-device-s"] - want) <= STRETCH_TOL * want + STRETCH_ABS_S
+    # the device time holds the stretched training and the stretched TT-SVD
+    floor = slow["train-duration-s"] / SLOW + slow["tt-device-s"]
+    assert slow["device-time-s"] >= floor - STRETCH_ABS_S
+    # the same model and update: the same SVDs, so the same modelled engine time
+    assert slow["tt-engine-modelled-s"] == pytest.approx(fast["tt-engine-modelled-s"], rel=0.5)
+
+
+def test_lapack_flops_are_golub_reinsch_counts() -> None:
+    bi, di = lapack_flops([(10, 4), (4, 10)])
+    one_bi = 8 * 10 * 16 - 4 * 64 / 3
+    assert bi == pytest.approx(2 * one_bi)
+    assert bi + di == pytest.approx(2 * (14 * 10 * 16 + 8 * 64))
+
+
+def test_unknown_engine_profile_names_the_choices() -> None:
+    with pytest.raises(ValueError, match="riscv-edge-ttd"):
+        FLSpec.model_validate({"uplink": {"compression": "tt", "engine_profile": "nope"}})

@@ -1,0 +1,170 @@
+"""``kind: mmwave`` links: a Sionna-modelled rate driving the shaping proxy live.
+
+Real sockets on loopback through a real :class:`MmwaveLink`; the rates come from Sionna
+TR 38.901 channel realisations (CPU). Tolerances are named constants.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from radio.config import MmwaveLinkSpec
+from radio.link_model import RadioLinkModel, path_loss_db, snr_from_distance_db
+from testbed.emulation.kinds import LINK_KINDS
+from testbed.emulation.link import Link, LinkParams
+from testbed.emulation.mmwave import MmwaveLink
+from testbed.spec.loader import SpecError, parse_spec
+
+#: Relative tolerance of bytes delivered through the link vs the integral of the
+#: modelled rate over the transfer (proxy chunking, handshake, window boundaries).
+MODEL_TOL = 0.2
+#: Long-run block error rate vs the link adaptation's target (absolute).
+BLER_TOL = 0.06
+PAYLOAD_BYTES = 400_000
+
+
+def _radio(snr_db: float, **kw: object) -> MmwaveLinkSpec:
+    args: dict[str, object] = {
+        "snr_db": snr_db, "speed_mps": 3.0, "num_resource_blocks": 2, "update_s": 0.1,
+    }
+    args.update(kw)
+    return MmwaveLinkSpec.model_validate(args)
+
+
+def _sink() -> tuple[socket.socket, threading.Thread]:
+    """A server that reads to EOF and answers one byte."""
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            while conn.recv(65536):
+                pass
+            conn.sendall(b"k")
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return srv, t
+
+
+def _transfer(snr_db: float) -> tuple[float, float]:
+    """Seconds to push PAYLOAD_BYTES through an mmwave link, and the modelled bytes
+    (integral of the windows' rates over the same span)."""
+    srv, t = _sink()
+    port = srv.getsockname()[1]
+    link = MmwaveLink("ue", "127.0.0.1", port, LinkParams(), _radio(snr_db), seed=3)
+    link.start()
+    try:
+        time.sleep(0.3)  # a few windows in
+        host, lport = link.connect_address(port).split(":")
+        with socket.create_connection((host, int(lport))) as c:
+            t0 = link.radio_time_s()
+            c.sendall(b"x" * PAYLOAD_BYTES)
+            c.shutdown(socket.SHUT_WR)
+            assert c.recv(1) == b"k"
+            t1 = link.radio_time_s()
+        wins = link.windows()
+    finally:
+        link.stop()
+        srv.close()
+        t.join(2)
+    return t1 - t0, _modelled_bytes(wins, t0, t1)
+
+
+def _modelled_bytes(wins: list[dict[str, float]], t0: float, t1: float) -> float:
+    """Integral of the piecewise-constant modelled rate from t0 to t1, in bytes."""
+    total = 0.0
+    for i, w in enumerate(wins):
+        start = w["t_s"]
+        end = wins[i + 1]["t_s"] if i + 1 < len(wins) else t1
+        lo, hi = max(start, t0), min(end, t1)
+        if hi > lo:
+            total += w["rate_mbps"] * 1e6 / 8 * (hi - lo)
+    return total
+
+
+def test_higher_snr_shorter_transfer_within_tolerance_of_the_model() -> None:
+    slow_s, slow_model = _transfer(0.0)
+    fast_s, fast_model = _transfer(20.0)
+    assert fast_s < slow_s / 3, (fast_s, slow_s)
+    for measured_s, model_bytes in ((slow_s, slow_model), (fast_s, fast_model)):
+        assert abs(model_bytes / PAYLOAD_BYTES - 1) < MODEL_TOL, (measured_s, model_bytes)
+
+
+def test_bler_follows_the_link_adaptation_target_and_coherence_from_speed() -> None:
+    model = RadioLinkModel(_radio(10.0, target_bler=0.1), seed=1)
+    wins = [model.window(model.state) for _ in range(40)]
+    bler = sum(w.bler for w in wins) / len(wins)
+    assert abs(bler - 0.1) < BLER_TOL
+    assert wins[0].coherence_time_s == pytest.approx(0.423 * 299_792_458.0 / (3.0 * 28e9))
+    low = RadioLinkModel(_radio(0.0), seed=1)
+    assert model.mean_rate_mbps(model.state) > 2 * low.mean_rate_mbps(low.state)
+
+
+def test_static_ue_tracks_its_channel_without_block_errors() -> None:
+    model = RadioLinkModel(_radio(10.0, speed_mps=0.0), seed=2)
+    wins = [model.window(model.state) for _ in range(3)]
+    assert all(w.bler == 0.0 for w in wins)
+    assert len({w.rate_mbps for w in wins}) == 1  # one realisation, no time variation
+
+
+def test_distance_and_path_loss_give_the_snr() -> None:
+    assert path_loss_db("fspl", 100.0, 28e9) == pytest.approx(101.39, abs=0.05)
+    near = _radio(0.0).model_copy(update={"snr_db": None, "distance_m": 20.0})
+    assert snr_from_distance_db(near, 20.0) > snr_from_distance_db(near, 200.0) + 20
+    spec = MmwaveLinkSpec.model_validate(
+        {"distance_m": 50.0, "schedule": [{"at_s": 1.0, "distance_m": 500.0, "speed_mps": 30}]}
+    )
+    model = RadioLinkModel(spec)
+    assert model.state_at(2.0).snr_db < model.state_at(0.0).snr_db - 20
+    assert model.state_at(2.0).speed_mps == 30
+
+
+def test_registered_kind_satisfies_the_link_protocol_and_records_the_model() -> None:
+    link = LINK_KINDS["mmwave"](
+        "ue", LinkParams(latency_ms=1.0), index=0, seed=0, server_host="127.0.0.1",
+        server_port=9, radio=_radio(10.0),
+    )
+    assert isinstance(link, Link)
+    assert link.params.bandwidth_mbps is not None and link.params.latency_ms == 1.0
+    radio = link.counters()["radio"]
+    assert radio["kind"] == "modelled" and radio["spec"]["snr_db"] == 10.0
+
+
+BAD = """\
+name: bad
+fleet:
+  nodes:
+    - {id: cloud, tier: cloud}
+    - {id: fog-1, tier: fog}
+    - {id: edge, tier: edge}
+links:
+  defaults:
+    cloud-fog: {kind: mmwave, mmwave: {snr_db: 10}}
+  nodes:
+    fog-1:
+      kind: mmwave
+      mmwave: {snr_db: 10}
+    edge:
+      mmwave: {distance_m: 30, path_loss: umi_nlos}
+workload:
+  fl: {rounds: 1}
+"""
+
+
+def test_mmwave_without_a_radio_side_is_an_error_with_path_and_line(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as e:
+        parse_spec(BAD, str(tmp_path / "bad.yaml"))
+    text = str(e.value)
+    assert ":9: links.defaults.cloud-fog.kind: an mmwave link needs a radio side" in text
+    assert ":12: links.nodes.fog-1.kind" in text and "is a fog node" in text
+    assert "links.nodes.edge" not in text  # an edge node's link has its radio side
+    both = BAD.replace("{distance_m: 30,", "{snr_db: 10, distance_m: 30,")
+    with pytest.raises(SpecError) as e:
+        parse_spec(both, str(tmp_path / "bad.yaml"))
+    assert ":15: links.nodes.edge.mmwave: give exactly one of snr_db or distance_m" in str(e.value)

@@ -90,9 +90,7 @@ class Block(nn.Module):
             nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model)
         )
 
-    def forward(
-        self, x: torch.Tensor, cache: dict[str, torch.Tensor] | None
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: dict[str, torch.Tensor] | None) -> torch.Tensor:
         """``x``: (tokens, d_model) of one request; ``cache`` holds earlier K and V."""
         t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=1)
@@ -184,7 +182,8 @@ class Stage:
             x = block(x, cache)
         if self.head is not None:
             ln, head = self.head
-            return head(ln(x[-1:])).argmax(dim=-1)
+            token: torch.Tensor = head(ln(x[-1:])).argmax(dim=-1)
+            return token
         return x
 
     def drop(self, request: str) -> None:

@@ -50,7 +50,9 @@ class StageNode:
         self.client = Client()
         torch.set_num_threads(1)
 
-    def compute(self, header: dict[str, Any], x: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+    def compute(
+        self, header: dict[str, Any], x: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Run this hop's units on ``x``; its record (ms)."""
         stage = self.stages.get((int(header["start"]), int(header["stop"])))
         if stage is None:

@@ -55,9 +55,7 @@ class Client:
 
     def post(self, port: int, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
         """``(HTTP status, JSON answer)``; OSError/HTTPException when the hop is down."""
-        conns: dict[int, http.client.HTTPConnection] = self._local.__dict__.setdefault(
-            "conns", {}
-        )
+        conns: dict[int, http.client.HTTPConnection] = self._local.__dict__.setdefault("conns", {})
         for attempt in (0, 1):  # a kept-alive connection the server closed: retry once
             conn = conns.get(port) or http.client.HTTPConnection(
                 "127.0.0.1", port, timeout=self.timeout_s

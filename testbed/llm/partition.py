@@ -7,14 +7,15 @@ model's units (:mod:`nodes.llm.model`: embedding, blocks, head), in order, cover
 Cost model of one stage (node ``n`` running units ``[a, b)``) for one request::
 
     stage_s(n, a, b) = sum(unit_s[n][a:b]) + link_s(n, in_bytes[a])
-    link_s(n, B)     = messages * latency_s[n] + 8 * B / bandwidth_bps[n]
+    link_s(n, B)     = messages * 2 * latency_s[n] + 8 * B / bandwidth_bps[n]
 
 ``unit_s`` are per-unit compute times on each node (profiled on this host, scaled by the
 node's device profile), ``in_bytes[a]`` the bytes that enter unit ``a`` (token ids for
 unit 0, hidden states otherwise; summed over the request's steps), ``messages`` the
-steps of one request (prefill + decodes: each crosses the link once), and the link is
-the node's own (what the bytes cross to reach it). A node's ``param_bytes[a:b]`` must
-fit its memory cap.
+steps of one request (prefill + decodes: each is a request and its answer over the
+link, one round trip of the one-way ``latency_s``), and the link is the node's own
+(what the bytes cross to reach it). A node's ``param_bytes[a:b]`` must fit its memory
+cap.
 
 BSDP (binary search + dynamic programme): the smallest bottleneck ``T`` for which a
 feasible cut exists with every stage <= ``T`` is found by binary search over the sorted
@@ -52,7 +53,7 @@ class Chain:
     latency_s, bandwidth_bps : tuple[float, ...]
         Each node's link (``inf`` bandwidth: unlimited).
     messages : int
-        Messages per request into each stage (each pays the link latency once).
+        Messages per request into each stage (each pays one round trip, 2 x latency).
     """
 
     nodes: tuple[str, ...]
@@ -72,7 +73,8 @@ class Chain:
         """Time of node ``i`` running units ``[a, b)`` (0 for an empty stage)."""
         if b <= a:
             return 0.0
-        link = self.messages * self.latency_s[i] + 8.0 * self.in_bytes[a] / self.bandwidth_bps[i]
+        rtt = 2 * self.messages * self.latency_s[i]
+        link = rtt + 8.0 * self.in_bytes[a] / self.bandwidth_bps[i]
         return sum(self.unit_s[i][a:b]) + link
 
     def fits(self, i: int, a: int, b: int) -> bool:

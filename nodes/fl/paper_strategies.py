@@ -90,14 +90,10 @@ class DiLoCo(_FlwrFedAvgM):
     """
 
     def __init__(
-        self, *args: Any, server_learning_rate: float = 0.7, server_momentum: float = 0.9,
-        **kwargs: Any,
-    ) -> None:  # fmt: skip
+        self, server_learning_rate: float = 0.7, server_momentum: float = 0.9, **kwargs: Any
+    ) -> None:
         super().__init__(
-            *args,
-            server_learning_rate=server_learning_rate,
-            server_momentum=server_momentum,
-            **kwargs,
+            server_learning_rate=server_learning_rate, server_momentum=server_momentum, **kwargs
         )
         self.server_opt = True  # always keep the global model: the outer step needs it
 

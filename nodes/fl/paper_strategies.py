@@ -11,6 +11,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAdam as _FlwrFedAdam
+from flwr.serverapp.strategy import FedAvg as _FlwrFedAvg
+from flwr.serverapp.strategy import FedAvgM as _FlwrFedAvgM
 from flwr.serverapp.strategy import QFedAvg as _FlwrQFedAvg
 from flwr.serverapp.strategy.fedopt import FedOpt
 
@@ -69,3 +71,52 @@ class FedAdam(_FlwrFedAdam):
             for k, x in self.current_arrays.items()
         }
         return ArrayRecord({k: Array(np.asarray(v)) for k, v in new.items()}), metrics
+
+
+class DiLoCo(_FlwrFedAvgM):
+    """DiLoCo (Douillard et al., "DiLoCo: Distributed Low-Communication Training of
+    Language Models", 2023; the nanochat study arXiv 2511.13761).
+
+    Inner optimisation: each client trains many local steps (``workload.fl.local_epochs``
+    x its batches, with ``optimizer: adam`` as the paper's AdamW stand-in). Outer
+    optimisation, each round: the pseudo-gradient ``d = x_t - mean(local models)``
+    (FedAvg's weighted mean), Nesterov momentum as PyTorch's SGD computes it::
+
+        v = beta * v + d          (v = d in the first round)
+        x_{t+1} = x_t - eta * (d + beta * v)
+
+    with the paper's defaults ``eta = 0.7`` (``server_learning_rate``) and ``beta = 0.9``
+    (``server_momentum``). Flower's FedAvgM is heavy-ball momentum (no Nesterov term).
+    """
+
+    def __init__(
+        self, server_learning_rate: float = 0.7, server_momentum: float = 0.9, **kwargs: Any
+    ) -> None:
+        super().__init__(
+            server_learning_rate=server_learning_rate, server_momentum=server_momentum, **kwargs
+        )
+        self.server_opt = True  # always keep the global model: the outer step needs it
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """The outer Nesterov step on the FedAvg pseudo-gradient."""
+        aggregated, metrics = _FlwrFedAvg.aggregate_train(self, server_round, replies)
+        if aggregated is None or self.current_arrays is None:
+            return aggregated, metrics
+        keys = list(aggregated.keys())
+        old = self.current_arrays.to_numpy_ndarrays()
+        delta = [o - n for o, n in zip(old, aggregated.to_numpy_ndarrays(), strict=True)]
+        beta, eta = self.server_momentum, self.server_learning_rate
+        if self.momentum_vector is None:
+            self.momentum_vector = delta
+        else:
+            self.momentum_vector = [
+                beta * v + d for v, d in zip(self.momentum_vector, delta, strict=True)
+            ]
+        new = [
+            Array(np.asarray(o - eta * (d + beta * v)))
+            for o, d, v in zip(old, delta, self.momentum_vector, strict=True)
+        ]
+        self.current_arrays = ArrayRecord(dict(zip(keys, new, strict=True)))
+        return self.current_arrays, metrics

@@ -25,6 +25,9 @@ bulyan          Bulyan (El Mhamdi 2018):              local SGD
 qfedavg         q-FFL (Li 2020), L = 1/lr, weighted   reports F_k(w_global): the loss
                 by F_k(w_global)^q                    of the received model on its
                                                       training data (``global-loss``)
+diloco          outer Nesterov momentum on the        many local steps (local_epochs;
+                pseudo-gradient, eta 0.7, beta 0.9    adam as the inner AdamW stand-in)
+                (Douillard 2023)
 ==============  ==================================================================
 """
 
@@ -71,6 +74,7 @@ for _name, _cls in {
     STRATEGIES.add_path(_name, f"{_FLWR}:{_cls}")
 STRATEGIES.add_path("qfedavg", "nodes.fl.paper_strategies:QFedAvg")
 STRATEGIES.add_path("fedadam", "nodes.fl.paper_strategies:FedAdam")
+STRATEGIES.add_path("diloco", "nodes.fl.paper_strategies:DiLoCo")
 
 #: Constructor parameters the ServerApp fills from ``workload.fl`` (clients use them).
 FROM_FL_SPEC: dict[str, str] = {

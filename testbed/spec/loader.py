@@ -66,7 +66,7 @@ def _problems(err: ValidationError, lines: dict[Loc, int]) -> list[Problem]:
             head, sep, tail = part.partition(": ")
             sub: Loc = loc
             if (
-                not loc
+                (not loc or head.startswith(dotted(loc) + "."))
                 and sep
                 and " " not in head
                 and head.split(".")[0] in Experiment.model_fields

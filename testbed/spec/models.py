@@ -416,11 +416,23 @@ def _validate_registered(extra: dict[str, Any]) -> None:
         try:
             extra[key] = raw if isinstance(raw, model) else model.model_validate(raw)
         except ValidationError as e:
-            where = "; ".join(
-                f"workload.{key}.{'.'.join(map(str, err['loc']))}: {err['msg']}"
-                for err in e.errors()
-            )
-            raise ValueError(where) from None
+            raise ValueError("\n".join(_section_errors(key, e))) from None
+
+
+def _section_errors(key: str, e: ValidationError) -> list[str]:
+    """``workload.KEY.path: message`` lines of a registered section's errors (a
+    model-level message of ``path: message`` lines is split into them)."""
+    out = []
+    for err in e.errors():
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        loc = ".".join(map(str, err["loc"]))
+        for line in msg.split("\n"):
+            head, sep, tail = line.partition(": ")
+            if not loc and sep and " " not in head:
+                out.append(f"workload.{key}.{head}: {tail}")
+            else:
+                out.append(f"workload.{key}{'.' + loc if loc else ''}: {line}")
+    return out
 
 
 def _fl_nodes(fleet: FleetSpec, refs: list[str]) -> list[NodeSpec]:
@@ -466,6 +478,10 @@ class Experiment(Frozen):
 
             errors += hosting_errors(self, names)
         errors += self._radio_errors()
+        if not errors and self.fleet is not None:
+            for key, section in (self.workload.__pydantic_extra__ or {}).items():
+                hook = getattr(section, "fleet_errors", None)  # a registered workload's
+                errors += [f"workload.{key}.{e}" for e in (hook(self) if hook else [])]
         if errors:
             raise ValueError("\n".join(errors))  # one "path: message" per line
         return self

@@ -87,6 +87,22 @@ def test_fedavgm_adds_server_momentum(avg: Federation) -> None:
     assert close(m.globals[2], want)
 
 
+def test_diloco_takes_outer_nesterov_steps(avg: Federation) -> None:
+    """Round 1: v = d, x1 = x0 - eta (1 + beta) d; round 2 from the FedAvg aggregate of
+    round 2's local models (trained from x1, so compared with the run's own replies)."""
+    eta, beta = 0.7, 0.9
+    dl = run("diloco")
+    x0 = dl.globals[0]
+    d1 = {k: x0[k] - fedavg(dl.train_replies(1))[k] for k in x0}
+    x1 = {k: x0[k] - eta * (1 + beta) * d1[k] for k in x0}
+    assert close(dl.globals[1], x1, 1e-4)
+    d2 = {k: x1[k] - fedavg(dl.train_replies(2))[k] for k in x0}
+    v2 = {k: beta * d1[k] + d2[k] for k in x0}
+    x2 = {k: x1[k] - eta * (d2[k] + beta * v2[k]) for k in x0}
+    assert close(dl.globals[2], x2, 1e-4)
+    assert not close(dl.globals[1], avg.globals[1], 1e-3)  # not FedAvg
+
+
 def _adaptive(name: str, v: Callable[[np.ndarray], np.ndarray], b1: float) -> None:
     """Round 1 of Reddi et al. 2021, Alg. 2: x1 = x0 + eta * m / (sqrt(v) + tau)."""
     eta, tau = 0.1, 1e-3

@@ -1,0 +1,1 @@
+"""Hyperion: pipelined LLM inference over the fleet (partitioning, scheduling, the run)."""

@@ -77,7 +77,7 @@ def test_strategy_spec_accepts_a_user_class_and_checks_its_parameters() -> None:
         StrategySpec(name="tests.fl.custom_hooks:ScaledFedAvg", params={"lr_server": 0.5})
     with pytest.raises(ValueError, match="must be a subclass of flwr.serverapp.strategy.Strategy"):
         StrategySpec(name="tests.fl.custom_hooks:first_node")
-    with pytest.raises(ValueError, match=r"choose one of \['bulyan', 'fedadagrad'"):
+    with pytest.raises(ValueError, match=r"choose one of \['bulyan', 'diloco', 'fedadagrad'"):
         StrategySpec(name="fedsgd")
 
 

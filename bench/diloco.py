@@ -4,7 +4,9 @@ Runs experiments/diloco.yaml (4 non-IID silos behind 20-100 Mbit/s links, an out
 one silo mid-training) for each (strategy, local_epochs, seed) through the runner, and
 prints per run: global accuracy per round (measured on the server's test set), the
 bytes that crossed the silos' links up (measured by the shaping proxies), the round and
-the uplink MB at which the global accuracy first reaches ``--target``.
+the uplink MB at which the global accuracy first reaches ``--target`` (an ESTIMATE: the
+run's measured uplink bytes x round / rounds; the link counters are read once at the
+end, and a round without the silo that was down sent less).
 
     python bench/diloco.py --seeds 1 2 --json runs/diloco.json
     python bench/diloco.py --report --json runs/diloco.json
@@ -67,7 +69,8 @@ def ms(vals: list[float]) -> str:
 
 def report(results: list[dict[str, Any]], target: float) -> str:
     lines = [f"| strategy | local epochs | seeds | final global acc | rounds to {target} | "
-             f"uplink MB to {target} | uplink MB total | acc per round (seed {{first}}) |",
+             f"uplink MB to {target} (estimate) | uplink MB total (measured) | "
+             "acc per round (first seed) |",
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for strat, ep in CONFIGS:
         rs = [r for r in results if (r["strategy"], r["local_epochs"]) == (strat, ep)]

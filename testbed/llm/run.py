@@ -35,7 +35,6 @@ import torch
 
 from nodes.llm.model import ModelConfig, Stage
 from nodes.llm.wire import Client
-from testbed.chaos import ChaosEngine
 from testbed.functions.arrivals import make_arrivals
 from testbed.llm.config import POLICIES, LlmPipelineSpec, LlmRequestSpec
 from testbed.llm.partition import Chain, Cut, bsdp, even_cut
@@ -149,6 +148,7 @@ class Load:
         self.rng = np.random.default_rng(self.ctx.seed)
         self.lock = threading.Lock()
         self.done = 0
+        self.lost = 0  # requests whose both attempts failed
 
     def shape(self) -> tuple[str, int, int]:
         r = self.spec.requests
@@ -167,6 +167,9 @@ class Load:
                 self.metric(
                     "llm_failed", 1.0, k, route, kind=kind, attempt=attempt, error=str(e)[:300]
                 )
+                if attempt:
+                    with self.lock:
+                        self.lost += 1
                 continue
             self.sched.done(rep, route, gen.e2e_s)
             self.record(k, kind, route, gen, attempt)
@@ -252,7 +255,7 @@ def run_llm_pipeline(ctx: RunContext) -> dict[str, Any]:
     try:
         reach = deploy(ctx, backend, cfg, replicas)
         backend.start_schedules()
-        chaos = ChaosEngine(ctx.plan, backend, ctx.store, ctx.run_id, ctx.seed)
+        chaos = ctx.chaos_engine(backend)
         chaos.start()
         load = Load(ctx, spec, sched, reach, chaos.tick)
         wall = load.run()
@@ -261,10 +264,12 @@ def run_llm_pipeline(ctx: RunContext) -> dict[str, Any]:
         counters = backend.link_counters()
         backend.stop()
         record_link_counters(ctx.store, ctx.run_id, counters)
-    return summarize(ctx, spec, wall, load.done)
+    return summarize(ctx, spec, wall, load.done, load.lost)
 
 
-def summarize(ctx: RunContext, spec: LlmPipelineSpec, wall: float, done: int) -> dict[str, Any]:
+def summarize(
+    ctx: RunContext, spec: LlmPipelineSpec, wall: float, done: int, lost: int
+) -> dict[str, Any]:
     """p50/p95 latency per request kind, throughput, failures (from the store)."""
     rows = ctx.store.tagged_metrics(ctx.run_id)
     out: dict[str, Any] = {"policy": spec.policy, "load_wall_s": wall, "completed": done,
@@ -278,6 +283,8 @@ def summarize(ctx: RunContext, spec: LlmPipelineSpec, wall: float, done: int) ->
             out[f"{kind}_p95_ms"] = float(np.percentile(e2e, 95))
             out[f"{kind}_n"] = len(e2e)
     out["failed_attempts"] = sum(1 for r in rows if r.name == "llm_failed")
-    out["status"] = "completed"
+    out["requests_lost"] = lost  # both attempts failed
+    # failed: no request was served at all (the pipeline never worked)
+    out["status"] = "completed" if done else "failed"
     (ctx.run_dir / "llm_pipeline.json").write_text(json.dumps(out, indent=2))
     return out

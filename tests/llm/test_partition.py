@@ -37,7 +37,7 @@ def test_bsdp_bottleneck_equals_brute_force(seed: int) -> None:
             bsdp(chain)
         return
     cut = bsdp(chain)
-    assert [b - a >= 0 for a, b in cut] and cut[0][0] == 0 and cut[-1][1] == chain.n_units
+    assert all(b - a >= 0 for a, b in cut) and cut[0][0] == 0 and cut[-1][1] == chain.n_units
     assert all(cut[i][1] == cut[i + 1][0] for i in range(len(cut) - 1))
     assert all(chain.fits(i, a, b) for i, (a, b) in enumerate(cut))
     assert cut_cost(chain, cut)[0] == pytest.approx(best, rel=1e-12)

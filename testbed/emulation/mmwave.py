@@ -63,7 +63,9 @@ class MmwaveLink(ShapingProxy):
         self._windows: list[dict[str, Any]] = []
         self._stop_radio = threading.Event()
         self._radio_thread: threading.Thread | None = None
-        self._blocked = False
+        self._blocked = False  # the radio's outage (a window with rate 0)
+        self._faulted: str | None = None  # a partition fault's mode, kept apart from it
+        self._cap_mbps: float | None = None  # a degrade fault's bandwidth (a ceiling)
         first = self.model.window(self.model.state)
         self._rate_mbps = first.rate_mbps
         super().__init__(name, target_host, target_port, self._shaped(params), seed=seed)
@@ -71,15 +73,33 @@ class MmwaveLink(ShapingProxy):
 
     # -- the radio drives the bandwidth ----------------------------------------------------
     def _shaped(self, params: LinkParams) -> LinkParams:
-        """``params`` with the radio's current rate (a tiny floor while it is 0: the
-        window partitions the link instead)."""
+        """``params`` with the radio's current rate, under a degrade fault's bandwidth
+        when one is set (a tiny floor while the rate is 0: the window partitions the link
+        instead)."""
         rate = self._rate_mbps if self._rate_mbps else 1e-3
+        if self._cap_mbps is not None:
+            rate = min(rate, self._cap_mbps)
         return params.replace(bandwidth_mbps=round(rate, 6))
 
     def set_params(self, params: LinkParams) -> None:
-        """Apply latency, jitter, loss and partition of ``params``; the bandwidth stays
-        the radio's."""
+        """Apply latency, jitter, loss and partition of ``params``; the bandwidth is the
+        radio's, capped by ``params.bandwidth_mbps`` when set (a ``degrade`` fault: the
+        link spec itself has none)."""
+        self._cap_mbps = params.bandwidth_mbps
         super().set_params(self._shaped(params))
+
+    def partition(self, on: bool, mode: str = "blackhole") -> None:
+        """A partition fault (or its heal), kept apart from the radio's outages: the link
+        is cut while either holds."""
+        self._faulted = mode if on else None
+        self._cut()
+
+    def _cut(self) -> None:
+        """Partition the proxy while a fault or the radio says so, heal it otherwise."""
+        if self._faulted is not None:
+            super().partition(True, self._faulted)
+        else:
+            super().partition(self._blocked)
 
     def start(self) -> int:
         port = super().start()
@@ -123,12 +143,12 @@ class MmwaveLink(ShapingProxy):
         self._rate_mbps = w.rate_mbps
         if w.rate_mbps <= 0 and not self._blocked:
             self._blocked = True
-            self.partition(True)
+            self._cut()
         elif w.rate_mbps > 0:
             super().set_params(self._shaped(self.params))
             if self._blocked:
                 self._blocked = False
-                self.partition(False)
+                self._cut()
         self._note(w, t_s)
 
     def _note(self, w: Any, t_s: float) -> None:

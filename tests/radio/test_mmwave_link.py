@@ -6,6 +6,7 @@ TR 38.901 channel realisations (CPU). Tolerances are named constants.
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 import time
@@ -134,6 +135,29 @@ def test_registered_kind_satisfies_the_link_protocol_and_records_the_model() -> 
     assert link.params.bandwidth_mbps is not None and link.params.latency_ms == 1.0
     radio = link.counters()["radio"]
     assert radio["kind"] == "modelled" and radio["spec"]["snr_db"] == 10.0
+
+
+def test_fault_partition_and_degrade_hold_against_the_radio() -> None:
+    """A partition fault outlives the radio's recovery from an outage; a degrade fault's
+    bandwidth caps the radio's rate; both end when healed."""
+    radio = _radio(20.0, update_s=10.0)  # no radio window of its own during the test
+    link = MmwaveLink("ue", "127.0.0.1", 9, LinkParams(), radio, seed=1)
+    link.start()
+    try:
+        w = link.model.window(link.model.state)
+        link.partition(True)  # the fault
+        link._apply_window(dataclasses.replace(w, rate_mbps=0.0), 0.1)  # the radio drops
+        link._apply_window(w, 0.2)  # ... and recovers: the fault still holds
+        assert link.counters()["partition"] == "blackhole"
+        link.partition(False)
+        assert link.counters()["partition"] is None
+        link.set_params(LinkParams(bandwidth_mbps=0.5))  # degrade below the radio's rate
+        link._apply_window(w, 0.3)
+        assert w.rate_mbps > 0.5 and link.params.bandwidth_mbps == 0.5
+        link.set_params(LinkParams())  # healed: the radio's rate again
+        assert link.params.bandwidth_mbps == round(w.rate_mbps, 6)
+    finally:
+        link.stop()
 
 
 BAD = """\

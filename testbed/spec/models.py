@@ -548,14 +548,29 @@ class Experiment(Frozen):
                     f"links.mode: mmwave gives every node a radio link, but {bad} are not in "
                     f"{list(RADIO_TIERS)}; use kind: mmwave on the edge nodes' links instead"
                 )
+        return errors + self._kind_mode_errors(mode)
+
+    def _kind_mode_errors(self, mode: str) -> list[str]:
+        """Per-link kinds that ``links.mode`` cannot mix with: any under ``none``; mmwave
+        (a host-side proxy) under ``netem`` (the SuperLink listens in its own namespace)."""
+        tables = (("defaults", self.links.defaults), ("nodes", self.links.nodes))
         if mode == "none":
-            errors += [
+            return [
                 f"links.{part}.{key}.kind: links.mode is none (no emulated links)"
-                for part, table in (("defaults", self.links.defaults), ("nodes", self.links.nodes))
+                for part, table in tables
                 for key, spec in table.items()
                 if spec.kind is not None or spec.mmwave is not None
             ]
-        return errors
+        if mode == "netem":
+            return [
+                f"links.{part}.{key}.kind: an mmwave link is a host-side proxy and cannot "
+                "reach a SuperLink in its own namespace (links.mode: netem); use links.mode: "
+                "proxy with mmwave links"
+                for part, table in tables
+                for key, spec in table.items()
+                if spec.kind_in(mode) == "mmwave"
+            ]
+        return []
 
     def _node_references(self) -> list[tuple[str, str]]:
         """``(YAML path, node name)`` of every place outside ``fleet`` naming a node."""

@@ -192,3 +192,12 @@ def test_mmwave_without_a_radio_side_is_an_error_with_path_and_line(tmp_path: Pa
     with pytest.raises(SpecError) as e:
         parse_spec(both, str(tmp_path / "bad.yaml"))
     assert ":15: links.nodes.edge.mmwave: give exactly one of snr_db or distance_m" in str(e.value)
+
+
+def test_mmwave_under_netem_mode_is_an_error_with_path_and_line() -> None:
+    text = BAD.replace("links:\n", "links:\n  mode: netem\n").replace(
+        "    cloud-fog: {kind: mmwave, mmwave: {snr_db: 10}}\n", "    cloud-fog: {latency_ms: 1}\n"
+    )
+    with pytest.raises(SpecError) as e:
+        parse_spec(text, "netem.yaml")
+    assert ":15: links.nodes.edge.kind: an mmwave link is a host-side proxy" in str(e.value)

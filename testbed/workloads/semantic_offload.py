@@ -145,20 +145,24 @@ def _scheme_metrics(ctx: RunContext, scheme: str, rows: list[dict[str, Any]],
                     "tags": {"workload": "semantic_offload", "scheme": scheme, "kind": kind,
                              **tags}})
 
+    metric("answers", float(len(rows)), "measured")
     for k, task in enumerate(tasks):
-        acc = sum(r["preds"][k] == labels[k][r["index"]] for r in rows) / max(1, len(rows))
+        metric("in_process_accuracy", ref["in_process"][scheme][k], "measured", task=task)
+        if not rows:  # nothing answered: no accuracy, no bytes were observed
+            continue
+        acc = sum(r["preds"][k] == labels[k][r["index"]] for r in rows) / len(rows)
         out["accuracy"][task] = acc
         metric("accuracy", acc, "measured", task=task)
-        metric("in_process_accuracy", ref["in_process"][scheme][k], "measured", task=task)
     for key in ("e2e_s", "encode_device_s", "link_s", "decode_device_s", "round_trip_s"):
         vals = [float(r[key]) for r in rows]
         if vals:
             out[key] = statistics.median(vals)
             metric(f"{key.removesuffix('_s')}_median_s", out[key], "measured")
     for key in ("payload_bytes", "bytes_up", "bytes_down"):
-        out[key] = rows[0][key] if rows else 0
-        metric(key, float(out[key]), "measured", unit="bytes per inference")
-    metric("channel_uses", float(ref["channel_uses"][scheme]), "measured", unit="REs")
+        if rows:
+            out[key] = rows[0][key]
+            metric(key, float(out[key]), "measured", unit="bytes per inference")
+    metric("channel_uses", float(ref["channel_uses"][scheme]), "computed", unit="REs")
     metric("airtime_s", airtime["symbol"], "modelled", granularity="ofdm_symbol")
     metric("airtime_slot_s", airtime["slot"], "modelled", granularity="slot")
     return out

@@ -130,6 +130,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             row = one(n, args.rounds, args.timing, Path(d))
         rows.append(row)
+        print(f"N={n}: {row}", flush=True)  # (kept if a later N runs out of time)
         per_node = max(row["pss_mb"], 1.0)
         if row["status"] == "completed" and row["rounds_done"] >= args.rounds:
             best = n

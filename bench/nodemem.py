@@ -68,12 +68,13 @@ def testbed_nodes(under: Path) -> dict[str, int]:
 def zygotes(under: Path) -> list[int]:
     """Pids of the local backend's fork servers of runs ``under`` a dir (their memory is
     shared by the nodes they forked: report it beside the nodes' own)."""
-    out = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
+    found = {}
+    for p in psutil.process_iter(["pid", "ppid", "cmdline"]):
         cmd = p.info["cmdline"] or []
         if "testbed.backends.zygote" in cmd and any(c.startswith(str(under)) for c in cmd):
-            out.append(p.info["pid"])
-    return out
+            found[p.info["pid"]] = p.info["ppid"]
+    # the nodes it forked carry its command line too: keep the one whose parent is not one
+    return [pid for pid, ppid in found.items() if ppid not in found]
 
 
 class PeakSampler:

@@ -10,7 +10,7 @@ node measured so far, or 250 MB before any measurement) is compared with MemAvai
 an N that cannot fit is skipped (reported, not started), so the machine is never driven
 out of memory. The largest N that completed every round is printed at the end.
 
-    python bench/scale.py [--nodes 10 30 60] [--rounds 3] [--timing flower|fast]
+    python bench/scale.py [--nodes 10 30 60] [--rounds 3] [--timing flower|fast] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -115,6 +115,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, nargs="+", default=[10, 30, 60])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--timing", choices=("flower", "fast"), default="flower")
+    ap.add_argument("--keep", type=Path, default=None, help="keep each N's run folder here")
     args = ap.parse_args()
     per_node, rows, best = FIRST_GUESS_MB, [], 0
     for n in args.nodes:
@@ -127,9 +128,14 @@ def main() -> None:
             )
             continue
         print(f"N={n}: starting ({args.timing} timing) ...", flush=True)
-        with tempfile.TemporaryDirectory() as d:
-            row = one(n, args.rounds, args.timing, Path(d))
+        if args.keep is not None:  # logs and store stay for a post-mortem
+            (args.keep / f"n{n}").mkdir(parents=True, exist_ok=True)
+            row = one(n, args.rounds, args.timing, (args.keep / f"n{n}").resolve())
+        else:
+            with tempfile.TemporaryDirectory() as d:
+                row = one(n, args.rounds, args.timing, Path(d))
         rows.append(row)
+        print(f"N={n}: {row}", flush=True)  # (kept if a later N runs out of time)
         per_node = max(row["pss_mb"], 1.0)
         if row["status"] == "completed" and row["rounds_done"] >= args.rounds:
             best = n

@@ -12,8 +12,11 @@ Per-node footprints (:data:`FOOTPRINTS`) are MEASURED on the local backend (2-co
   run's zygote (:mod:`testbed.backends.zygote`), so the imported stack is shared: its
   proportional set size (PSS, the memory the node really adds) was ~106 MB for the
   agent after 3 rounds of training in a probe of 3 forked nodes (2026-11-23; RSS
-  402 MB, most of it shared); 250 MB per node is used (issue 15's goal, with room for
-  the SuperNode and a larger model). Before the zygote: peak RSS 644-705 MB per node.
+  402 MB, most of it shared); 250 MB per node is used: an ESTIMATE above that
+  measurement (issue 15's goal, with room for the SuperNode and a larger model).
+- client node started without the zygote (``links.mode: netem``: each node in its own
+  namespace): peak RSS 644-705 MB per node, MEASURED before the zygote existed; 705 MB
+  is used.
   2 processes and 15 threads once warmed up.
 - server node (SuperLink + SuperExec + ServerApp): peak RSS 776 MB (quickstart run,
   2026-11-23); 3 processes and 12 threads before the ServerApp starts; plus the run's
@@ -58,7 +61,8 @@ class Footprint:
 
 FOOTPRINTS: dict[str, dict[str, Footprint]] = {
     "local": {
-        "client": Footprint(memory_mb=250.0, tasks=30, fds=12),
+        "client": Footprint(memory_mb=250.0, tasks=30, fds=12),  # forked by the zygote
+        "client-cold": Footprint(memory_mb=705.0, tasks=30, fds=12),  # started plainly
         "server": Footprint(memory_mb=780.0 + 530.0, tasks=60, fds=12),  # + the zygote
     },
 }
@@ -164,7 +168,7 @@ def estimate(plan: Plan, backend: str = "local", fleets: int = 1) -> FleetEstima
         return None
     clients = len(plan.clients)
     servers = len(plan.nodes) - clients  # the server (and role none nodes, as a server)
-    c, s = table["client"], table["server"]
+    c, s = _client_footprint(plan, backend), table["server"]
     return FleetEstimate(
         nodes=len(plan.nodes),
         clients=clients,
@@ -208,7 +212,7 @@ def check_fits(
     if est is None:
         return None
     host = host or HostCapacity.measure()
-    per = FOOTPRINTS[backend]["client"]
+    per = _client_footprint(plan, backend)
     what = f"{est.nodes} nodes ({est.clients} clients)" + (
         f" x {fleets} fleets at once" if fleets > 1 else ""
     )
@@ -217,7 +221,7 @@ def check_fits(
         raise FleetTooLarge(
             path,
             f"{what} need about {est.memory_mb / 1024:.1f} GB on the {backend} backend "
-            f"(~{per.memory_mb:.0f} MB per client node, measured), but this machine has "
+            f"(~{per.memory_mb:.0f} MB per client node, from measurements), but this machine has "
             f"{host.available_mb / 1024:.1f} GB available; at most "
             f"{_max_clients(plan, backend, fleets, host.available_mb)} client nodes fit",
         )
@@ -232,11 +236,19 @@ def check_fits(
     return est
 
 
+def _client_footprint(plan: Plan, backend: str) -> Footprint:
+    """A client node's footprint: forked by the zygote, or started plainly (netem links
+    put each node in its own namespace, where the zygote cannot fork it)."""
+    table = FOOTPRINTS[backend]
+    cold = plan.experiment.links.mode == "netem" and "client-cold" in table
+    return table["client-cold" if cold else "client"]
+
+
 def _max_clients(plan: Plan, backend: str, fleets: int, available_mb: float) -> int:
     t = FOOTPRINTS[backend]
     servers = len(plan.nodes) - len(plan.clients)
     room = available_mb / fleets - servers * t["server"].memory_mb
-    return max(0, int(room // t["client"].memory_mb))
+    return max(0, int(room // _client_footprint(plan, backend).memory_mb))
 
 
 def _largest_count_path(plan: Plan) -> str:

@@ -305,7 +305,11 @@ class LocalBackend:
         if self._zygote is None or cmd[:5] != self._node_cmd("supernode"):
             return None
         p = self._zygote.spawn(cmd, log, env)
-        return None if p is None else self.procs.adopt(name, p)
+        if p is None:  # it did not come up: every later node starts plainly, at once
+            self._zygote.stop()
+            self._zygote = None
+            return None
+        return self.procs.adopt(name, p)
 
     def start_services(
         self, commands: Mapping[str, list[str]], ports: Mapping[str, int], timeout_s: float = 60.0

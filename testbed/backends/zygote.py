@@ -187,8 +187,9 @@ def _node_main(request: dict[str, Any]) -> int | None:
     return 0
 
 
-def _serve_one(listener: socket.socket) -> int:
-    """Accept one spawn request, fork its node, answer with (and return) its pid."""
+def _serve_one(listener: socket.socket, exits: Path) -> int:
+    """Accept one spawn request, fork its node, answer with (and return) its pid (an
+    exit record left by an earlier node with the same, reused, pid is removed first)."""
     conn, _ = listener.accept()
     with conn:
         conn.settimeout(10)
@@ -201,6 +202,7 @@ def _serve_one(listener: socket.socket) -> int:
             return _node_main(request)
 
         node = fork_call(child, request["argv"])
+        (exits / str(node.pid)).unlink(missing_ok=True)  # reaped only by this thread, later
         conn.sendall(json.dumps({"pid": node.pid}).encode() + b"\n")
         return node.pid
 
@@ -242,7 +244,7 @@ def serve(name: str, exits: Path, warm: bool = True) -> int:
         try:
             ready, _, _ = select.select([listener], [], [], REAP_S)
             if ready:
-                nodes.add(_serve_one(listener))
+                nodes.add(_serve_one(listener, exits))
         except (OSError, ValueError) as e:  # a bad or abandoned request: next one
             print(f"zygote: spawn failed: {e}", flush=True)
         _reap(exits, nodes)

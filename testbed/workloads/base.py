@@ -142,12 +142,31 @@ def record_link_counters(
     store: RunStore, run_id: str, counters: Mapping[str, Mapping[str, Any]]
 ) -> None:
     """Record what crossed each node's emulated link (``link_*`` metrics per node) and
-    every change of its parameters (``link_changed`` events)."""
+    every change of its parameters (``link_changed`` events); a radio link's model
+    (``link_radio`` event, modelled) and windows (``radio_*`` metrics, step = window)."""
     for name, c in counters.items():
         for key in LINK_COUNTERS:
             store.add_metric(run_id, f"link_{key}", float(c.get(key) or 0), node=name)
         for ch in c.get("changes", []):
             store.add_event(run_id, "link_changed", node=name, **ch)
+        if c.get("radio"):
+            record_radio(store, run_id, name, c["radio"])
+
+
+RADIO_WINDOW_METRICS = ("rate_mbps", "bler", "snr_db", "speed_mps")
+
+
+def record_radio(store: RunStore, run_id: str, name: str, radio: Mapping[str, Any]) -> None:
+    """An mmwave link's modelled parameters and its windows (rate, BLER, SNR, speed)."""
+    store.add_event(
+        run_id, "link_radio", node=name, **{k: v for k, v in radio.items() if k != "windows"}
+    )
+    for step, w in enumerate(radio.get("windows", [])):
+        for key in RADIO_WINDOW_METRICS:
+            store.add_metric(
+                run_id, f"radio_{key}", float(w[key]), round=step, node=name,
+                tags={"kind": "modelled", "t_s": w["t_s"]},
+            )
 
 
 class Workload(Protocol):

@@ -15,7 +15,8 @@ Steps:
 3. **Record** per scheme and task: ``accuracy`` (measured, on the fleet), latency
    (``e2e_s``: encoder + link + decoder, and its parts), bytes on the link, the modelled
    airtime of one inference (whole OFDM symbols / slots) and, for mmwave links, the
-   modelled radio windows. Faults (``at_time_s``) fire from when the devices start.
+   modelled radio windows (``record_link_counters``). Faults (``at_time_s``) fire from
+   when the devices start.
 """
 
 from __future__ import annotations
@@ -168,19 +169,13 @@ def _scheme_metrics(ctx: RunContext, scheme: str, rows: list[dict[str, Any]],
     return out
 
 
-def _radio_windows(ctx: RunContext, counters: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Modelled rate and BLER of every mmwave window, as metrics; the models' records."""
-    record = {}
-    for node, c in counters.items():
-        radio = c.get("radio")
-        if not radio:
-            continue
-        record[node] = {k: v for k, v in radio.items() if k != "windows"}
-        for step, w in enumerate(radio["windows"]):
-            for key in ("rate_mbps", "bler", "snr_db", "speed_mps"):
-                ctx.metric({"name": f"radio_{key}", "value": float(w[key]), "step": step,
-                            "node": node, "tags": {"kind": "modelled", "t_s": w["t_s"]}})
-    return record
+def _radio_records(counters: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The mmwave links' model records (their windows are stored as ``radio_*``)."""
+    return {
+        node: {k: v for k, v in c["radio"].items() if k != "windows"}
+        for node, c in counters.items()
+        if c.get("radio")
+    }
 
 
 def run_offload(ctx: RunContext) -> dict[str, Any]:
@@ -219,7 +214,7 @@ def run_offload(ctx: RunContext) -> dict[str, Any]:
     summary = {
         "schemes": schemes, "snr_db": snr, "snr_source": snr_source,
         "samples_per_device": share, "devices": spec.devices, "fog": spec.fog,
-        "radio": _radio_windows(ctx, counters), "train": ref["train"],
+        "radio": _radio_records(counters), "train": ref["train"],
         "status": "completed" if len(rows) == expected else "failed",
         "kinds": {"accuracy": "measured on the fleet", "in_process_accuracy": "measured "
                   "in the run's process, same model and channel realisations",

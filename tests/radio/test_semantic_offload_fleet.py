@@ -86,6 +86,8 @@ def test_offload_on_two_nodes_matches_the_in_process_evaluation(tmp_path: Path) 
     link_up = store.metrics(res.run_id, "link_bytes_up")
     up = sum(r.value for r in link_up if r.node == "ue")
     assert up >= sum(r["bytes_up"] for r in rows)
+    windows = [m for m in store.metrics(res.run_id, "radio_bler") if m.node == "ue"]
+    assert windows  # every modelled radio window is in the run record
     assert processes_under(res.artifact_dir) == []
 
 

@@ -173,6 +173,8 @@ def cmd_fleet(sizes: list[int]) -> None:
             peak = [v or 0 for _r, nd, _k, v, _t in store.metrics(res.run_id, "peak_rss_mb")
                     if nd != "cloud"]  # fmt: skip
             mem = f"{min(peak):.0f}-{max(peak):.0f} MB" if peak else "?"
+            if res.status != "completed":
+                print(f"  reason: {res.summary.get('reason', '?')}", flush=True)
             print(
                 f"  {n} node containers: run {res.status}, round 1 completed by "
                 f"{st.count('completed')}/{n}, {started} (budget "

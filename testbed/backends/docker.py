@@ -253,6 +253,7 @@ class DockerBackend(LocalBackend):
         timeout_s = max(timeout_s, start_timeout_s(len(self.plan.clients)))
         check_image(self.client, self.image)
         self._catch_sigterm()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         write_fleet_file(self.run_dir, self._run_tag)  # (the reaper finds the namespaces)
         self.link_mode, self.link_note = choose_link_mode(self.plan.experiment.links.mode)
         netem = self.link_mode == "netem"

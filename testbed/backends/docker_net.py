@@ -21,9 +21,9 @@ from testbed.planner import Plan
 
 #: Start-up budget of a fleet of node containers (:func:`start_timeout_s`): a base, and
 #: seconds per node container (each imports torch and Flower, ~3 s of CPU, all at once
-#: on the host's cores; 32 warm containers took > 120 s on 2 cores, docs/benchmarks.md).
+#: on the host's cores; 32 warm containers took 242.5 s on 2 cores, docs/benchmarks.md).
 START_BASE_S = 60.0
-START_PER_NODE_S = 6.0
+START_PER_NODE_S = 8.0
 
 
 def start_timeout_s(clients: int, cpus: int | None = None) -> float:

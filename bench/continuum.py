@@ -14,6 +14,7 @@ modelled (emulated GPU) as its ``timing`` tag says.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -34,20 +35,20 @@ def rows_by(rows: list[WorkloadMetricRow], t0: float, workload: str, name: str) 
     return [r for r in rows if r.workload == workload and r.name == name and r.value is not None]
 
 
-def pass_edges(events: list[dict[str, Any]], node: str) -> list[tuple[float, bool]]:
-    """(t_s, partitioned) of the scheduled changes of ``node``'s link that flip it."""
-    out, last = [], None
-    for e in events:
-        if e["kind"] == "link_changed" and e["node"] == node:
-            cut = "partitioned=True" in e["detail"]
-            if cut != last:
-                out.append((e["t_s"], cut))
-                last = cut
-    return out
+def passes(run_dir: Path, node: str) -> list[tuple[float, float]]:
+    """(start, end) wall s after the fleet was ready of ``node``'s passes, as the run's
+    orbital model recorded them (``space.json``; the link played them as its schedule)."""
+    path = run_dir / "space.json"
+    if not path.is_file():
+        return []
+    rec = json.loads(path.read_text())
+    return [(p["wall_start_s"], p["wall_end_s"]) for p in rec.get("passes", {}).get(node, [])]
 
 
-def rules(ax: Any, events: list[dict[str, Any]], sat: str | None, label: bool) -> None:
-    """Vertical lines for the marked events and the space silo's pass."""
+def rules(
+    ax: Any, events: list[dict[str, Any]], sat: list[tuple[float, float]], label: bool
+) -> None:
+    """Vertical lines for the marked events; the space silo's passes shaded."""
     for e in events:
         if e["kind"] in MARKED:
             name, colour = MARKED[e["kind"]]
@@ -55,18 +56,16 @@ def rules(ax: Any, events: list[dict[str, Any]], sat: str | None, label: bool) -
             if label:
                 ax.text(e["t_s"], 1.01, f"{name} {e['node']}", color=colour, fontsize=7,
                         rotation=30, transform=ax.get_xaxis_transform())  # fmt: skip
-    if sat:
-        edges = pass_edges(events, sat)
-        for k, (t, cut) in enumerate(edges):
-            if not cut:
-                end = edges[k + 1][0] if k + 1 < len(edges) else ax.get_xlim()[1]
-                ax.axvspan(t, end, color="#0969da", alpha=0.08)
-                if label:
-                    ax.text(t, 0.02, f"{sat} pass", color="#0969da", fontsize=7,
-                            transform=ax.get_xaxis_transform())  # fmt: skip
+    for a, b in sat:
+        ax.axvspan(a, b, color="#0969da", alpha=0.08)
+        if label:
+            ax.text(a, 0.02, "sat pass (link open)", color="#0969da", fontsize=7,
+                    transform=ax.get_xaxis_transform())  # fmt: skip
 
 
-def plot(store: RunStore, run_id: str, tl: dict[str, Any], out: Path, sat: str | None) -> Path:
+def plot(
+    store: RunStore, run_id: str, tl: dict[str, Any], out: Path, sat: list[tuple[float, float]]
+) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -118,12 +117,15 @@ def plot(store: RunStore, run_id: str, tl: dict[str, Any], out: Path, sat: str |
     gpu = rows_by(rows, t0, "functions", "on_gpu")
     for k, fn in enumerate(sorted({str(r.node) for r in gpu})):
         pts = sorted((r.ts - t0, r.value) for r in gpu if r.node == fn)
+        pts.append((max(e["t_s"] for e in events), pts[-1][1]))  # held to the end
         ax.step([p[0] for p in pts], [p[1] + 0.04 * k for p in pts], where="post", label=fn)
     ax.set_ylabel("function on GPU\n(1 = GPU backend)")
     ax.set_xlabel("seconds after the fleet was ready")
     ax.legend(fontsize=7)
+    end = max(e["t_s"] for e in events)
     for i, a in enumerate(axes):
         rules(a, events, sat, label=i == 0)
+    axes[-1].set_xlim(right=end)
     fig.suptitle(f"{run_id}: FL and functions on one fleet", y=0.995)
     fig.tight_layout()
     out.mkdir(parents=True, exist_ok=True)
@@ -184,7 +186,8 @@ def main() -> None:
     from testbed.controller.service import Controller
 
     tl = Controller(args.store, Path("experiments")).timeline(run.run_id)
-    print(f"wrote {plot(store, run.run_id, tl, args.out, args.sat)}")
+    sat = passes(store.artifact_dir(run.run_id), args.sat)
+    print(f"wrote {plot(store, run.run_id, tl, args.out, sat)}")
     windows = {}
     for w in args.window:
         name, a, b = w.split(":")

@@ -99,12 +99,9 @@ def run_timeline(
 
 
 def _when(e: EventRow, t0: float) -> float:
-    """Seconds after ``t0`` an event happened. A scheduled link change is recorded when
-    the run ends, with its time since the schedules started (``t_s``, at fleet ready)."""
-    if e.kind == "link_changed":
-        t_s = e.data_dict.get("t_s")
-        if isinstance(t_s, int | float):
-            return float(t_s)
+    """Seconds after ``t0`` an event happened (a scheduled link change is recorded at
+    the end of the run with the time it was applied:
+    :func:`testbed.workloads.base.record_link_counters`)."""
     return e.ts - t0
 
 

@@ -315,9 +315,9 @@ def run_functions(ctx: RunContext) -> dict[str, Any]:
     finally:
         if load is not None:
             load.close()
-        counters = backend.link_counters()
+        counters, read_at = backend.link_counters(), time.time()
         backend.stop()
-        record_link_counters(ctx.store, ctx.run_id, counters)
+        record_link_counters(ctx.store, ctx.run_id, counters, read_at)
     total = sum(len(a) for a in prep.arrivals.values())
     summary = summarize(ctx.store, ctx.run_id, prep, stats, wall_load, total)
     (ctx.run_dir / "functions.json").write_text(json.dumps(summary, indent=2, default=str))

@@ -139,16 +139,26 @@ LINK_COUNTERS = ("bytes_up", "bytes_down", "partitioned_s", "stalled_s")
 
 
 def record_link_counters(
-    store: RunStore, run_id: str, counters: Mapping[str, Mapping[str, Any]]
+    store: RunStore,
+    run_id: str,
+    counters: Mapping[str, Mapping[str, Any]],
+    read_at: float | None = None,
 ) -> None:
     """Record what crossed each node's emulated link (``link_*`` metrics per node) and
     every change of its parameters (``link_changed`` events); a radio link's model
-    (``link_radio`` event, modelled) and windows (``radio_*`` metrics, step = window)."""
+    (``link_radio`` event, modelled) and windows (``radio_*`` metrics, step = window).
+    ``read_at``: the wall time (``time.time()``) the counters were read; each change's
+    event then carries the time it was applied (from its ``t_s`` since the link started
+    and the link's ``uptime_s``), else the time of recording."""
     for name, c in counters.items():
         for key in LINK_COUNTERS:
             store.add_metric(run_id, f"link_{key}", float(c.get(key) or 0), node=name)
+        up = c.get("uptime_s")
         for ch in c.get("changes", []):
-            store.add_event(run_id, "link_changed", node=name, **ch)
+            ts = None
+            if read_at is not None and isinstance(up, int | float) and "t_s" in ch:
+                ts = read_at - float(up) + float(ch["t_s"])
+            store.add_event(run_id, "link_changed", node=name, ts=ts, **ch)
         if c.get("radio"):
             record_radio(store, run_id, name, c["radio"])
 

@@ -191,11 +191,11 @@ class FlRun:
         """Stop the fleet and record what it observed: ids, links, memory, rounds."""
         store, run_id = self.ctx.store, self.ctx.run_id
         self.pump()
-        links = self.backend.link_counters()
+        links, read_at = self.backend.link_counters(), time.time()
         for nid, name in self.backend.node_ids().items():
             store.add_event(run_id, "node_identified", node=name, node_id=nid)
         self.backend.stop()
-        record_link_counters(store, run_id, links)
+        record_link_counters(store, run_id, links, read_at)
         for name, mb in self.peak.items():
             store.add_metric(run_id, "peak_rss_mb", mb, node=name)
         for name, pct in getattr(self.backend, "mean_cpu_pct", dict)().items():

@@ -160,11 +160,13 @@ class SharedFleet:
             if self.stopped:
                 return
             self.stopped = True
-            counters = self.backend.link_counters()
+            import time
+
+            counters, read_at = self.backend.link_counters(), time.time()
             try:
                 self.backend.stop()
             finally:
-                record_link_counters(self.store, self.ctx.run_id, counters)
+                record_link_counters(self.store, self.ctx.run_id, counters, read_at)
                 self.store.close()
 
 

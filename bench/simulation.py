@@ -93,7 +93,7 @@ def ours(text: str, work: Path) -> dict[str, Any]:
     res = run_experiment(parse_spec(text), store, spec_path="bench", backend="simulation")
     wall = time.time() - t0
     peak = {str(m.node): m.value for m in store.metrics(res.run_id, "peak_rss_mb")}
-    rounds = per_round(res.run_dir / "telemetry.jsonl")
+    rounds = per_round(res.artifact_dir / "telemetry.jsonl")
     return {
         "status": res.status,
         "wall_s": wall,
@@ -202,11 +202,13 @@ def main() -> None:
         n = args.same_clients
         text = spec_text(n, args.rounds + 1, 1.0, dataset_for(n))
         b = bare(text, work / "bare")
+        print(f"bare: {b}", flush=True)
         o = ours(text, work / "ours")
         print(
             f"same app, {n} clients, {args.rounds + 1} rounds: bare {b['round_s']:.2f} s/round "
             f"(wall {b['wall_s']:.1f} s), ours {o['round_s']:.2f} s/round (wall "
-            f"{o['wall_s']:.1f} s); ratio {o['round_s'] / b['round_s']:.2f} (goal <= 1.2)"
+            f"{o['wall_s']:.1f} s); ratio {o['round_s'] / b['round_s']:.2f} (goal <= 1.2)",
+            flush=True,
         )
         for clients in (int(x) for x in args.scale.split(",") if x):
             frac = 1.0 if clients <= 1000 else 100 / clients
@@ -218,7 +220,8 @@ def main() -> None:
                 f"{clients} clients, {sampled} sampled: {r['round_s']:.2f} s/round "
                 f"(rounds {[round(x, 2) for x in r['rounds']]}, wall {r['wall_s']:.1f} s, "
                 f"{r['status']}); peak memory: simulation tree {r['sim_peak_mb']:.0f} MB "
-                f"+ control plane {cp_mb:.0f} MB"
+                f"+ control plane {cp_mb:.0f} MB",
+                flush=True,
             )
     print(f"# load(1 min) at end {os.getloadavg()[0]:.2f}")
 

@@ -27,7 +27,7 @@ links:
     edge-cloud: {bandwidth_mbps: 50, latency_ms: 10}
 workload:
   fl:
-    rounds: 4
+    rounds: 10  # fast rounds (~4 s): FL is still running when the outage comes
     protocol_timing: fast
     round_timeout_s: 40
     nodes: [cloud, edge]

@@ -158,6 +158,11 @@ class Zygote:
         """Stop the zygote (its nodes are stopped by the backend first)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
+            try:  # gone before the run's end is recorded (no process outlives its run)
+                self.proc.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5.0)
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:

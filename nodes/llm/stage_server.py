@@ -66,9 +66,9 @@ class StageNode:
             device_s = stretch(real, self.speed)
             if header.get("final"):
                 stage.drop(str(header["request"]))
-            self.busy_s += time.perf_counter() - t0
-            self.steps += 1
             wall = time.perf_counter() - t0  # measured, the stretch's wait included
+            self.busy_s += wall
+            self.steps += 1
         rec = {"node": self.name, "start": header["start"], "stop": header["stop"],
                "queue_ms": (t0 - queued) * 1e3, "compute_ms": real * 1e3, "wall_ms": wall * 1e3,
                "device_ms": device_s * 1e3, "in_bytes": x.numel() * x.element_size(),

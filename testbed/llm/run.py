@@ -36,6 +36,7 @@ import torch
 from nodes.llm.model import ModelConfig, Stage
 from nodes.llm.wire import Client
 from testbed.functions.arrivals import make_arrivals
+from testbed.functions.load import http_call
 from testbed.llm.config import POLICIES, LlmPipelineSpec, LlmRequestSpec
 from testbed.llm.partition import Chain, Cut, bsdp, even_cut
 from testbed.llm.pipeline import StepFailed, generate_remote
@@ -224,17 +225,12 @@ def record_partition(ctx: RunContext, spec: LlmPipelineSpec, replicas: list[Repl
                             host_unit_ms=[t * 1e3 for t in unit_s])  # fmt: skip
 
 
-def utilisation(ctx: RunContext, client: Client, reach: dict[str, int], wall: float) -> None:
+def utilisation(ctx: RunContext, reach: dict[str, int], wall: float) -> None:
     """Step 5: each node's busy share of the load's wall time (down nodes: none)."""
-    import http.client
-
     for node, port in reach.items():
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            conn.request("GET", "/stats")
-            stats = json.loads(conn.getresponse().read())
-            conn.close()
-        except (OSError, http.client.HTTPException, ValueError):
+            stats = http_call(port, "GET", "/stats", timeout=10.0)
+        except (OSError, RuntimeError, ValueError):
             continue
         ctx.metric({"name": "llm_utilisation", "value": stats["busy_s"] / max(wall, 1e-9),
                     "node": node, "tags": {"steps": stats["steps"]}})  # fmt: skip
@@ -259,7 +255,7 @@ def run_llm_pipeline(ctx: RunContext) -> dict[str, Any]:
         chaos.start()
         load = Load(ctx, spec, sched, reach, chaos.tick)
         wall = load.run()
-        utilisation(ctx, load.client, reach, wall)
+        utilisation(ctx, reach, wall)
     finally:
         counters = backend.link_counters()
         backend.stop()

@@ -225,16 +225,43 @@ def apply_limits(memory_mb: int | None, cpus: list[int] | None) -> dict[str, str
         applied["cpus"] = ",".join(map(str, sorted(os.sched_getaffinity(0))))
     if memory_mb:
         limit = int(memory_mb) * 2**20
+        shared = _inherited_rss() if _WARM else 0
+        own = _own_limit(limit, shared)
         d = cgroup_dir(os.getpid())
         try:
             d.mkdir(parents=True, exist_ok=True)
-            (d / "memory.limit_in_bytes").write_text(str(limit))
+            (d / "memory.limit_in_bytes").write_text(str(own))
             (d / "cgroup.procs").write_text(str(os.getpid()))
-            applied["memory"] = f"cgroup v1 memory.limit_in_bytes={limit}"
+            applied["memory"] = f"cgroup v1 memory.limit_in_bytes={own}"
+            if shared:
+                applied["memory"] += f" (device {limit} - {shared} shared with the zygote)"
         except OSError:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
             applied["memory"] = f"RLIMIT_AS={limit} (no writable cgroup)"
     return applied
+
+
+def _inherited_rss() -> int:
+    """Bytes resident in this process right after it was forked from the zygote: the
+    runtime it shares copy-on-write. Those pages stay charged to the zygote's cgroup,
+    yet a device has to hold them, so they count against the node's memory."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _own_limit(limit: int, shared: int) -> int:
+    """The cap on the pages a node charges itself: its device's memory less what it
+    shares with the zygote; a device that cannot even hold the shared runtime stops
+    the node here, as the kernel would stop a node started plainly (it runs out of
+    memory while importing the same runtime)."""
+    if limit - shared <= 0:
+        raise SystemExit(
+            f"out of memory: the device has {limit >> 20} MB, the node's runtime alone "
+            f"takes {shared >> 20} MB (shared with the zygote it was forked from)"
+        )
+    return limit - shared
 
 
 _WARM: list[bool] = []  # [True] once this process (or the zygote it was forked from) warmed up

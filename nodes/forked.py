@@ -83,6 +83,8 @@ def run_in_child(fn: Callable[[], int | None]) -> None:
         code = int(result) if isinstance(result, int) else 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)  # (what Python prints for a message exit)
     except BaseException:  # noqa: BLE001  (a child must never unwind into its parent)
         traceback.print_exc()
     finally:

@@ -61,3 +61,16 @@ def test_forked_node_has_its_own_session_and_stops_like_a_process(tmp_path: Path
         z.stop()
     assert processes_under(tmp_path) == []
     assert z.spawn(["x"], tmp_path / "x.log", {}, timeout_s=1) is None  # stopped: start plainly
+
+
+def test_a_forked_node_counts_the_runtime_it_shares_against_its_device_memory() -> None:
+    """The zygote's pages are charged to the zygote's cgroup, but a device must hold
+    them: a forked node's own cap is its memory less that share, and a device smaller
+    than the shared runtime stops the node (as the kernel stops a plain node)."""
+    from nodes.agent import _inherited_rss, _own_limit
+
+    mb = 2**20
+    assert _own_limit(1024 * mb, 300 * mb) == 724 * mb
+    with pytest.raises(SystemExit, match="out of memory: the device has 64 MB"):
+        _own_limit(64 * mb, 364 * mb)
+    assert _inherited_rss() > 10 * mb  # this interpreter's resident set, read from /proc

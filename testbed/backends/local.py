@@ -11,10 +11,12 @@ import json
 import os
 import secrets
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Collection, Mapping
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 APP_DIR = Path(__file__).resolve().parents[2] / "nodes" / "fl" / "app"
 SUPEREXEC_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"  # Flower's own setting, s
 FAST_SUPEREXEC_POLL_S = 0.1  # its value in ``fast`` protocol timing
+REGISTER_TIMEOUT_S = 30.0  # the longest start() waits for the nodes to register, s
 
 
 @runtime_checkable
@@ -128,6 +131,21 @@ class LocalBackend:
                 wait_port(port, timeout_s, p)
         if self.warm:  # nodes import their stack before the run is submitted
             self._wait_warm(timeout_s)
+        self._wait_registered(min(timeout_s, REGISTER_TIMEOUT_S))
+
+    def _wait_registered(self, timeout_s: float) -> None:
+        """Wait until the SuperLink lists every client node online: the fleet is ready
+        when each node can be sampled, so link schedules and faults that start at
+        ``fleet_ready`` meet registered nodes (a forked node is warm in milliseconds,
+        before its SuperNode has registered). A node that exits, or does not register
+        in time, is left to the run: the ServerApp's ``fleet_connected`` event records
+        who was there."""
+        db = self.run_dir / "nodes" / self.plan.server.name / "superlink.db"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and _online_nodes(db) < len(self.plan.clients):
+            if any(self.procs.procs[n.name].poll() is not None for n in self.plan.clients):
+                return
+            time.sleep(0.1)
 
     def _start_superlink(self, host: str, timeout_s: float) -> None:
         """Start the server node's SuperLink on a free port (three tries)."""
@@ -550,3 +568,13 @@ class LocalBackend:
             self._zygote.stop()
         if self.netns:
             subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
+
+
+def _online_nodes(db: Path) -> int:
+    """Nodes the SuperLink's state database ``db`` lists as online (0 while unreadable)."""
+    try:
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1.0)) as con:
+            row = con.execute("SELECT COUNT(*) FROM node WHERE status = 'online'").fetchone()
+        return int(row[0])
+    except sqlite3.Error:
+        return 0

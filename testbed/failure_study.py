@@ -6,7 +6,7 @@ per run: global accuracy (server's held-out test set), federated accuracy (mean 
 the silos that answered), optimism = federated - global, the failed silo's own test
 accuracy (oracle view, measured by the server on that silo's local split), the accuracy
 on "its" classes (those it holds the largest share of) before and after the failure,
-and its leave-one-out contribution. All figures are measured.
+and its leave-one-out contribution and Shapley value. All figures are measured.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class RunFigures:
     class_acc: dict[int, dict[int, float]]
     contribution: dict[str, dict[int, float]]
     silo_classes: dict[str, list[int]] = field(default_factory=dict)
+    shapley: dict[str, dict[int, float]] = field(default_factory=lambda: defaultdict(dict))
 
     @property
     def rounds(self) -> int:
@@ -117,7 +118,7 @@ def run_figures(store: RunStore, r: RunRow) -> RunFigures:
 def _add_metric(fig: RunFigures, name: str, node: str, rnd: int, value: float) -> None:
     """File one per-round metric of a run under the figure it belongs to."""
     by_round = {"global_acc": fig.global_acc, "federated_acc": fig.federated_acc}
-    by_node = {"silo_acc": fig.silo_acc, "contribution": fig.contribution}
+    by_node = {"silo_acc": fig.silo_acc, "contribution": fig.contribution, "shapley": fig.shapley}
     if name in by_round:
         by_round[name][rnd] = value
     elif name in by_node:
@@ -176,6 +177,7 @@ def summarize(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
         "its Δ vs baseline (paired)",
         "its classes: before → final",
         "its LOO contribution",
+        "its Shapley value",
     ]
     rows = []
     for (skew, timing), fs in sorted(
@@ -196,9 +198,8 @@ def summarize(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
         ]
         before = [f.classes_acc(f.own_classes(node), max((f.fail_round or 2) - 1, 1)) for f in fs]
         after = [f.classes_acc(f.own_classes(node), r) for f, r in zip(fs, R, strict=True)]
-        contrib = [
-            statistics.mean(f.contribution[node].values()) for f in fs if f.contribution.get(node)
-        ]
+        contrib = _mean_per_run(fs, "contribution", node)
+        shap = _mean_per_run(fs, "shapley", node)
         rows.append(
             [
                 skew,
@@ -212,9 +213,17 @@ def summarize(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
                 _ms(silo_delta) if silo_delta else "-",
                 f"{_ms(before)} → {_ms(after)}",
                 _ms(contrib),
+                _ms(shap),
             ]
         )
     return head, rows
+
+
+def _mean_per_run(fs: list[RunFigures], metric: str, node: str) -> list[float]:
+    """Per run: the mean over rounds of ``node``'s per-round ``metric`` (contribution or
+    shapley); runs without it are left out."""
+    per_node: list[dict[str, dict[int, float]]] = [getattr(f, metric) for f in fs]
+    return [statistics.mean(m[node].values()) for m in per_node if m.get(node)]
 
 
 def _final_silo(f: RunFigures, node: str) -> float | None:

@@ -29,7 +29,7 @@ workload:
     rounds: 4
     local_epochs: 2
     round_timeout_s: 20
-    evaluation: {per_silo: true, contributions: true}
+    evaluation: {per_silo: true, contributions: true, shapley: true}
 """
 CRASH = "faults:\n  - {kind: crash, node: silo-2, at_round: 3}\n"
 
@@ -101,9 +101,24 @@ def test_contributions_and_report(sweep, tmp_path: Path) -> None:
     store, runs = sweep
     contrib = {(r, n) for r, n, _k, _v, _t in store.metrics(runs[1].run_id, "contribution")}
     assert (1, "silo-2") in contrib and (4, "silo-2") not in contrib and (4, "silo-1") in contrib
+    # exact Shapley values (<= 8 silos): they sum to v(all) - v(none) = the round's
+    # aggregate accuracy minus that of the model the round started from (global_acc of
+    # the previous round; round 1 starts from the initial model, not recorded: skipped)
+    shap: dict[int, float] = {}
+    for r, _n, _k, v, _t in store.metrics(runs[0].run_id, "shapley"):
+        shap[r] = shap.get(r, 0.0) + v
+    glob = {r: v for r, _n, _k, v, _t in store.metrics(runs[0].run_id, "global_acc")}
+    assert set(shap) == {1, 2, 3, 4}
+    checked = [r for r in sorted(shap) if r - 1 in glob]
+    assert len(checked) >= 3
+    for r in checked:  # (FedAvg's own float32 sums may flip a prediction: 2 test images)
+        assert shap[r] == pytest.approx(glob[r] - glob[r - 1], abs=2 / 360 + 1e-6), r
+    ev = [e for e in store.events(runs[0].run_id) if e.kind == "contributions"]
+    assert ev and json.loads(ev[0].data)["evaluations"] == 2**3  # every coalition, once
     md, page = write_report(store, "small", tmp_path / "rep")
     text = md.read_text()
     assert "baseline" in text and "permanent" in text and "optimism" in text
+    assert "its Shapley value" in text
     for png in (
         "accuracy_vs_round.png",
         "optimism_vs_skew.png",

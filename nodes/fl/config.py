@@ -122,6 +122,14 @@ class EvaluationSpec(Frozen):
     contributions: bool = Field(
         False, description="leave-one-out contribution of each silo to each round's aggregate"
     )
+    shapley: bool = Field(
+        False,
+        description="Shapley value of each silo's update to each round's aggregate (server "
+        "test set): exact up to 8 answering silos, permutation sampling beyond",
+    )
+    shapley_permutations: int = Field(
+        64, ge=2, description="random permutations of the sampled Shapley estimate (> 8 silos)"
+    )
 
 
 class UplinkSpec(Frozen):

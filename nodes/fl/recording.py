@@ -18,6 +18,13 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from nodes.compression.device_time import TT_METRICS
+from nodes.fl.contribution import (
+    EXACT_MAX,
+    CachedValue,
+    leave_one_out,
+    shapley_exact,
+    shapley_monte_carlo,
+)
 from nodes.fl.identity import NodeDirectory
 from nodes.fl.late import LateReplies, StalePolicy
 from nodes.fl.task import array_nbytes, decode_delta, weighted_average
@@ -60,8 +67,14 @@ class RecordingStrategy(Strategy):
     stale : StalePolicy
         What to do with replies that miss their round.
     contribution_fn : callable, optional
-        ``arrays -> accuracy`` on the server's test set; when given, the leave-one-out
-        contribution of every silo to every round is recorded.
+        ``arrays -> accuracy`` on the server's test set; when given, each silo's
+        contribution to every round's aggregate is recorded (:mod:`nodes.fl.contribution`).
+    loo : bool
+        With ``contribution_fn``: record the leave-one-out contribution (``contribution``).
+    shapley_permutations : int
+        With ``contribution_fn``: when > 0, record Shapley values (``shapley``): exact up
+        to :data:`~nodes.fl.contribution.EXACT_MAX` answering silos, else estimated from
+        this many random permutations (seeded by the round) with ``shapley_se``.
     """
 
     def __init__(
@@ -73,6 +86,8 @@ class RecordingStrategy(Strategy):
         federated_eval: str = "piggyback",
         stale: StalePolicy | None = None,
         contribution_fn: Callable[[ArrayRecord], float] | None = None,
+        loo: bool = True,
+        shapley_permutations: int = 0,
     ) -> None:
         self.strategy = strategy
         self.telemetry = telemetry
@@ -80,6 +95,8 @@ class RecordingStrategy(Strategy):
         self.num_rounds = num_rounds
         self.federated_eval = federated_eval
         self.contribution_fn = contribution_fn
+        self.loo, self.shapley_permutations = loo, shapley_permutations
+        self._round_arrays: ArrayRecord | None = None  # the global model a round starts from
         self.late = LateReplies(stale or StalePolicy(), telemetry, self.nodes)
         self._sent: dict[int, int] = {}  # node id -> bytes sent this round
         self._msgs: list[Message] = []  # this round's train messages (ids set on push)
@@ -104,6 +121,7 @@ class RecordingStrategy(Strategy):
         self._sent = {m.metadata.dst_node_id: nbytes for m in msgs}
         self._msgs = msgs
         self.late.sent(server_round, {k: v.numpy() for k, v in arrays.items()})
+        self._round_arrays = arrays
         self._grid = grid
         self.telemetry.event("round_start", round=server_round, sampled=len(msgs))
         return msgs
@@ -206,18 +224,47 @@ class RecordingStrategy(Strategy):
         return True
 
     def _contributions(self, server_round: int, ok: list[Message], dst_of: dict[str, int]) -> None:
-        """Leave-one-out: accuracy of this round's FedAvg aggregate minus that of the
-        aggregate without silo i (server test set). Recorded as ``contribution``."""
+        """Each answering silo's contribution to this round's FedAvg aggregate, on the
+        server's test set: leave-one-out (``contribution``) and/or Shapley values
+        (``shapley``, and ``shapley_se`` when estimated by sampling)."""
         if len(ok) < 2 or self.contribution_fn is None:
             return
+        score, start = self.contribution_fn, self._round_arrays
         recs = [m.content.array_records["arrays"] for m in ok]
         w = [_num(m.content.metric_records["metrics"], "num-examples") for m in ok]
-        full = self.contribution_fn(weighted_average(recs, w))
-        for i, m in enumerate(ok):
-            rest = weighted_average(recs[:i] + recs[i + 1 :], w[:i] + w[i + 1 :])
-            name = self.nodes.name(_node_of(m, dst_of))
-            gain = full - self.contribution_fn(rest)
-            self.telemetry.metric("contribution", gain, server_round, name)
+        names = [self.nodes.name(_node_of(m, dst_of)) for m in ok]
+
+        def value(coalition: frozenset[int]) -> float:
+            if not coalition:  # nobody contributed: the model the round started from
+                return score(start) if start is not None else float("nan")
+            idx = sorted(coalition)
+            return score(weighted_average([recs[i] for i in idx], [w[i] for i in idx]))
+
+        v = CachedValue(value)
+        if self.loo:
+            for name, gain in zip(names, leave_one_out(len(ok), v), strict=True):
+                self.telemetry.metric("contribution", gain, server_round, name)
+        if self.shapley_permutations > 0:
+            self._shapley(server_round, names, v)
+
+    def _shapley(self, server_round: int, names: list[str], v: CachedValue) -> None:
+        """Record the Shapley value of each of ``names`` (exact, or sampled beyond
+        :data:`EXACT_MAX` silos, with its standard error)."""
+        n = len(names)
+        if n <= EXACT_MAX:
+            phi, se = shapley_exact(n, v), None
+        else:
+            phi, se = shapley_monte_carlo(n, v, self.shapley_permutations, seed=server_round)
+        for i, name in enumerate(names):
+            self.telemetry.metric("shapley", phi[i], server_round, name)
+            if se is not None:
+                self.telemetry.metric("shapley_se", se[i], server_round, name)
+        self.telemetry.event(
+            "contributions",
+            round=server_round,
+            method="exact" if se is None else f"monte-carlo ({self.shapley_permutations})",
+            evaluations=v.evaluations,
+        )
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

@@ -155,6 +155,7 @@ def _recording_strategy(
     def server_test_accuracy(arrays: ArrayRecord) -> float:
         return task.evaluate(task.load(model, arrays), splits.server_test)[1]
 
+    ev = spec.evaluation
     return RecordingStrategy(
         inner,
         tel,
@@ -162,7 +163,9 @@ def _recording_strategy(
         spec.rounds,
         spec.evaluation.federated,
         StalePolicy(spec.stale_updates, spec.staleness_decay, spec.max_staleness),
-        contribution_fn=server_test_accuracy if spec.evaluation.contributions else None,
+        contribution_fn=server_test_accuracy if ev.contributions or ev.shapley else None,
+        loo=ev.contributions,
+        shapley_permutations=ev.shapley_permutations if ev.shapley else 0,
     )
 
 

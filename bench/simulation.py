@@ -7,10 +7,12 @@
    (rounds 2.., so Ray's start-up is not in it); ratio ours / bare (goal <= 1.2).
 2. 1,000 clients, all sampled: wall s per round (goal <= 10 s on 2 cores).
 3. 10,000 clients registered, 100 sampled (``fraction_train: 0.01``): wall s per round
-   (goal <= 2 s) and peak memory of the whole run (simulation process tree with Ray's
-   workers, sampled by the control plane, + the control plane's own peak; goal <= 6 GB).
+   (goal <= 2 s) and peak memory of the whole run: the sum of the resident memory of
+   this process and all its descendants (control plane, simulation process, Ray's GCS,
+   raylet and workers), sampled every 0.5 s by :class:`TreeMemory` (goal <= 6 GB).
 
     python bench/simulation.py [--rounds 3] [--same-clients 100] [--scale 1000,10000]
+    python bench/simulation.py --clients 10000 --sample 100 [--rounds 4]   # one case
     python bench/simulation.py --calibration   # docs/results/calibration.md's table
 """
 
@@ -19,14 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -34,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 from testbed.backends.simulation import SimulationBackend  # noqa: E402
 from testbed.planner import make_plan  # noqa: E402
 from testbed.runner import run_experiment  # noqa: E402
+from testbed.simulation.clock import protocol_delay_s  # noqa: E402
 from testbed.spec.loader import parse_spec  # noqa: E402
 from testbed.store import RunStore  # noqa: E402
 
@@ -86,11 +91,55 @@ def per_round(telemetry: Path) -> list[float]:
     return [b - a for a, b in zip(ends, ends[1:], strict=False)]
 
 
+class TreeMemory:
+    """Peak of the summed resident memory of this process and all its descendants, MB.
+
+    Sampled every ``interval_s`` on a thread while used as a context manager. A page
+    shared by several processes (Ray's object store, copy-on-write pages) counts once
+    per process: the sum is an upper bound of the tree's physical memory.
+    """
+
+    def __init__(self, interval_s: float = 0.5) -> None:
+        self.interval_s = interval_s
+        self.peak_mb = 0.0
+        self.peak_procs = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> float:
+        """One sample: summed RSS of the tree now, MB (also updates the peak)."""
+        me = psutil.Process()
+        total, procs = 0, 0
+        for q in [me, *me.children(recursive=True)]:
+            try:
+                total += q.memory_info().rss
+                procs += 1
+            except psutil.Error:
+                pass
+        mb = total / 2**20
+        if mb > self.peak_mb:
+            self.peak_mb, self.peak_procs = mb, procs
+        return mb
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def __enter__(self) -> TreeMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def ours(text: str, work: Path) -> dict[str, Any]:
     """The testbed on --backend simulation; per-round wall, total, peak memory."""
     store = RunStore(work / "runs")
     t0 = time.time()
-    res = run_experiment(parse_spec(text), store, spec_path="bench", backend="simulation")
+    with TreeMemory() as mem:
+        res = run_experiment(parse_spec(text), store, spec_path="bench", backend="simulation")
     wall = time.time() - t0
     peak = {str(m.node): m.value for m in store.metrics(res.run_id, "peak_rss_mb")}
     rounds = per_round(res.artifact_dir / "telemetry.jsonl")
@@ -100,6 +149,8 @@ def ours(text: str, work: Path) -> dict[str, Any]:
         "rounds": rounds,
         "round_s": statistics.median(rounds) if rounds else float("nan"),
         "sim_peak_mb": peak.get("simulation", float("nan")),
+        "tree_peak_mb": mem.peak_mb,
+        "tree_procs": mem.peak_procs,
         "acc": res.summary.get("final_global_acc"),
     }
 
@@ -148,20 +199,25 @@ workload:
     rounds: 5
     local_epochs: 1
     round_timeout_s: 60
-    protocol_timing: fast
+    protocol_timing: {timing}
 faults:
   - {kind: straggler, node: pi-2, at_round: 2, factor: 3, rounds: 2}
 """
 
 
-def calibration(work: Path) -> str:
-    """The same spec on local and simulation, same seed: a markdown table per round."""
+def calibration(work: Path, timing: str) -> str:
+    """The same spec on local and simulation, same seed: a markdown table per round
+    (device + link = the virtual round less the protocol delay the clock added)."""
     store = RunStore(work / "runs")
     res = {}
+    text = CALIBRATION.replace("{timing}", timing)
     for backend in ("local", "simulation"):
-        r = run_experiment(parse_spec(CALIBRATION), store, spec_path="cal", backend=backend)
+        t0 = time.strftime("%H:%M:%S", time.gmtime())
+        r = run_experiment(parse_spec(text), store, spec_path="cal", backend=backend)
+        print(f"# {backend}: {t0}-{time.strftime('%H:%M:%S', time.gmtime())} UTC", flush=True)
         assert r.status == "completed", r.summary
         res[backend] = r
+    delay = protocol_delay_s(timing)
     measured = {
         int(m.round): m.value
         for m in store.metrics(res["local"].run_id, "round_duration_s")
@@ -172,57 +228,75 @@ def calibration(work: Path) -> str:
         for m in store.metrics(res["simulation"].run_id, "virtual_round_s")
         if m.round is not None
     }
-    rows = ["| round | measured (local) s | virtual (simulation) s | virtual / measured |"]
-    rows.append("|---|---|---|---|")
+    rows = [
+        f"protocol_timing {timing}, protocol_delay_s {delay:.2f}",
+        "| round | measured (local) s | device + link s | virtual (simulation) s "
+        "| virtual / measured |",
+        "|---|---|---|---|---|",
+    ]
     for r in sorted(measured):
         v, m = virtual.get(r, float("nan")), measured[r]
-        rows.append(f"| {r} | {m:.2f} | {v:.2f} | {v / m:.2f} |")
+        rows.append(f"| {r} | {m:.2f} | {v - delay:.2f} | {v:.2f} | {v / m:.2f} |")
     acc = [res[b].summary.get("final_global_acc") for b in ("local", "simulation")]
     rows.append(f"\nfinal global accuracy: local {acc[0]:.4f}, simulation {acc[1]:.4f}")
     return "\n".join(rows)
 
 
+def scale_case(clients: int, sample: int, rounds: int, work: Path) -> None:
+    """``clients`` registered, ``sample`` of them sampled per round: print the figures."""
+    frac = min(1.0, sample / clients)
+    text = spec_text(clients, rounds, frac, dataset_for(clients))
+    r = ours(text, work / f"scale-{clients}-{sample}")
+    print(
+        f"{clients} clients, {int(clients * frac)} sampled: {r['round_s']:.2f} s/round "
+        f"(rounds {[round(x, 2) for x in r['rounds']]}, wall {r['wall_s']:.1f} s, "
+        f"{r['status']}); peak memory of the whole tree {r['tree_peak_mb']:.0f} MB "
+        f"({r['tree_procs']} processes; simulation tree as the control plane sampled it "
+        f"{r['sim_peak_mb']:.0f} MB)",
+        flush=True,
+    )
+
+
+def same_app(n: int, rounds: int, work: Path) -> None:
+    """Bare Flower vs ours, the same app and clients: print the ratio."""
+    text = spec_text(n, rounds + 1, 1.0, dataset_for(n))
+    b = bare(text, work / "bare")
+    print(f"bare: {b}", flush=True)
+    o = ours(text, work / "ours")
+    print(
+        f"same app, {n} clients, {rounds + 1} rounds: bare {b['round_s']:.2f} s/round "
+        f"(wall {b['wall_s']:.1f} s), ours {o['round_s']:.2f} s/round (wall "
+        f"{o['wall_s']:.1f} s); ratio {o['round_s'] / b['round_s']:.2f} (goal <= 1.2)",
+        flush=True,
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--same-clients", type=int, default=100)
-    ap.add_argument("--scale", default="1000,10000")
+    ap.add_argument("--same-clients", type=int, default=100, help="0: skip bare vs ours")
+    ap.add_argument("--scale", default="1000,10000", help="client counts (>1000: 100 sampled)")
+    ap.add_argument("--clients", type=int, help="only this case: clients registered ...")
+    ap.add_argument("--sample", type=int, default=100, help="... and sampled per round")
     ap.add_argument("--calibration", action="store_true", help="only the calibration table")
+    ap.add_argument("--timing", default="flower", help="calibration: workload.fl.protocol_timing")
     args = ap.parse_args()
-    if args.calibration:
-        print(f"# load(1 min) at start {os.getloadavg()[0]:.2f}")
-        with tempfile.TemporaryDirectory(prefix="bench-cal-") as tmp:
-            print(calibration(Path(tmp)))
-        print(f"# load(1 min) at end {os.getloadavg()[0]:.2f}")
-        return
-    load = os.getloadavg()[0]
-    print(f"# bench/simulation.py  load(1 min) at start {load:.2f}, {os.cpu_count()} CPUs")
+    print(
+        f"# bench/simulation.py  load(1 min) at start {os.getloadavg()[0]:.2f}, "
+        f"{os.cpu_count()} CPUs",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
         work = Path(tmp)
-        n = args.same_clients
-        text = spec_text(n, args.rounds + 1, 1.0, dataset_for(n))
-        b = bare(text, work / "bare")
-        print(f"bare: {b}", flush=True)
-        o = ours(text, work / "ours")
-        print(
-            f"same app, {n} clients, {args.rounds + 1} rounds: bare {b['round_s']:.2f} s/round "
-            f"(wall {b['wall_s']:.1f} s), ours {o['round_s']:.2f} s/round (wall "
-            f"{o['wall_s']:.1f} s); ratio {o['round_s'] / b['round_s']:.2f} (goal <= 1.2)",
-            flush=True,
-        )
-        for clients in (int(x) for x in args.scale.split(",") if x):
-            frac = 1.0 if clients <= 1000 else 100 / clients
-            text = spec_text(clients, args.rounds, frac, dataset_for(clients))
-            r = ours(text, work / f"scale-{clients}")
-            cp_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            sampled = int(clients * frac)
-            print(
-                f"{clients} clients, {sampled} sampled: {r['round_s']:.2f} s/round "
-                f"(rounds {[round(x, 2) for x in r['rounds']]}, wall {r['wall_s']:.1f} s, "
-                f"{r['status']}); peak memory: simulation tree {r['sim_peak_mb']:.0f} MB "
-                f"+ control plane {cp_mb:.0f} MB",
-                flush=True,
-            )
+        if args.calibration:
+            print(calibration(work, args.timing))
+        elif args.clients:
+            scale_case(args.clients, args.sample, args.rounds, work)
+        else:
+            if args.same_clients:
+                same_app(args.same_clients, args.rounds, work)
+            for clients in (int(x) for x in args.scale.split(",") if x):
+                scale_case(clients, clients if clients <= 1000 else 100, args.rounds, work)
     print(f"# load(1 min) at end {os.getloadavg()[0]:.2f}")
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from testbed.backends import register_backend
 from testbed.backends.base import NodeResources
 from testbed.procs import Popen, ProcGroup
-from testbed.simulation.clock import PROTOCOL_DELAY_S
+from testbed.simulation.clock import protocol_delay_s
 from testbed.simulation.config import SimulationSpec
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ class SimulationBackend:
             "wall_cap_s": max(600.0, 10 * deadline),
             "clock": {
                 "deadline_s": deadline,
-                "protocol_delay_s": sim.protocol_delay_s or PROTOCOL_DELAY_S,
+                "protocol_delay_s": protocol_delay_s(spec.protocol_timing, sim.protocol_delay_s),
                 "seed": self.plan.seed,
                 "models": models,
                 "model_of": model_of,

@@ -34,8 +34,25 @@ if TYPE_CHECKING:
     from testbed.simulation.availability import Availability
     from testbed.simulation.vfaults import VirtualFaults
 
-#: Default of the named protocol-delay term, seconds per client and round (0: not modelled).
-PROTOCOL_DELAY_S = 0.0
+#: Default of the named protocol-delay term per ``workload.fl.protocol_timing``, seconds
+#: added to every client's exchange: the time Flower's Deployment Engine spends on one
+#: train exchange beyond device and link time (polling waits, object store, hand-offs).
+#: Measured on the local fleet, this 2-core machine (docs/results/calibration.md: the
+#: run each value was read off, and how).
+PROTOCOL_DELAY_S: dict[str, float] = {"flower": 8.20, "fast": 5.05}
+
+
+def protocol_delay_s(timing: str, explicit: float | None = None) -> float:
+    """The clock's protocol delay: ``explicit`` (``simulation.protocol_delay_s``) if
+    given, else the measured default of ``timing`` (``workload.fl.protocol_timing``)."""
+    if explicit is not None:
+        return explicit
+    if timing not in PROTOCOL_DELAY_S:
+        raise ValueError(
+            f"workload.fl.protocol_timing: {timing!r} has no protocol delay "
+            f"(allowed: {sorted(PROTOCOL_DELAY_S)}); set simulation.protocol_delay_s"
+        )
+    return PROTOCOL_DELAY_S[timing]
 
 
 @dataclass(frozen=True)
@@ -103,7 +120,8 @@ class VirtualClock:
     deadline_s : float
         Round deadline on virtual time (``workload.fl.round_timeout_s``), seconds.
     protocol_delay_s : float
-        Added to every client's exchange, seconds.
+        Added to every client's exchange, seconds (0 here; runs take
+        :func:`protocol_delay_s`).
     seed : int
         Seeds the jitter draws (one generator per round and client).
     faults : VirtualFaults or None
@@ -114,7 +132,7 @@ class VirtualClock:
 
     clients: Mapping[str, ClientModel]
     deadline_s: float
-    protocol_delay_s: float = PROTOCOL_DELAY_S
+    protocol_delay_s: float = 0.0
     seed: int = 0
     faults: VirtualFaults | None = None
     availability: Availability | None = None

@@ -6,7 +6,8 @@
       ray_address: 127.0.0.1:6379      # attach to a running Ray cluster (default: local)
       num_cpus: 2                      # Ray CPUs of a local cluster
       client_cpus: 1.0                 # Ray CPUs per ClientApp actor
-      protocol_delay_s: 0.0            # the clock's named protocol term, per exchange
+      protocol_delay_s: null           # the clock's protocol term per exchange, seconds;
+                                       # null: measured default of workload.fl.protocol_timing
       availability:                    # per-client on/off trace (docs/simulation.md)
         path: experiments/traces/availability_diurnal.csv
         format: auto                   # intervals | fedscale | auto (by content)
@@ -38,5 +39,10 @@ class SimulationSpec(Frozen):
     )
     num_cpus: int | None = Field(None, ge=1, description="CPUs of a local Ray (default 2)")
     client_cpus: float = Field(1.0, gt=0, description="Ray CPUs per ClientApp actor")
-    protocol_delay_s: float = Field(0.0, ge=0, description="added to every client exchange")
+    protocol_delay_s: float | None = Field(
+        None,
+        ge=0,
+        description="seconds added to every client exchange on the virtual clock (Flower's "
+        "protocol time); null: the default measured for workload.fl.protocol_timing",
+    )
     availability: AvailabilitySpec | None = None

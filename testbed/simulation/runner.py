@@ -161,6 +161,10 @@ def run(settings: dict[str, Any]) -> None:
         "init_args": init,
     }
     capture_partitions()
+    if not settings.get("bare"):
+        from testbed.simulation import feeder
+
+        feeder.install()
     try:
         _run_simulation(
             num_supernodes=len(settings["names"]),

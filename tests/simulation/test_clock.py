@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from testbed.simulation.clock import ClientModel, VirtualClock
+from testbed.simulation.clock import PROTOCOL_DELAY_S, ClientModel, VirtualClock, protocol_delay_s
 
 #: Relative tolerance of the link-time arithmetic (float rounding only).
 REL_TOL = 1e-9
@@ -30,3 +32,30 @@ def test_client_time_stretches_compute_and_adds_protocol_delay() -> None:
     assert clock.client_s("edge-0", 2.0, 1_000_000, 1_000_000) == pytest.approx(10.5, rel=REL_TOL)
     # an unknown node: no stretch, no link
     assert clock.client_s("other", 2.0, 1, 1) == pytest.approx(2.5, rel=REL_TOL)
+
+
+def test_protocol_delay_defaults_to_the_timing_and_an_explicit_value_wins() -> None:
+    assert protocol_delay_s("flower") == PROTOCOL_DELAY_S["flower"] > 0
+    assert protocol_delay_s("fast") == PROTOCOL_DELAY_S["fast"] > 0
+    assert protocol_delay_s("flower", 0.0) == 0.0  # an explicit 0 is kept
+    assert protocol_delay_s("fast", 1.25) == 1.25
+    with pytest.raises(ValueError, match="workload.fl.protocol_timing"):
+        protocol_delay_s("grpc-bidi")
+
+
+def test_backend_settings_carry_the_protocol_delay(tmp_path: Path) -> None:
+    from testbed.backends.simulation import SimulationBackend
+    from testbed.planner import make_plan
+    from testbed.spec.loader import parse_spec
+
+    def delay(extra: str) -> float:
+        spec = parse_spec(
+            "name: d\nfleet:\n  nodes:\n    - {id: cloud, tier: cloud}\n"
+            "    - {id: edge, tier: edge}\nworkload:\n  fl:\n    rounds: 1\n" + extra
+        )
+        settings = SimulationBackend(make_plan(spec), tmp_path).settings({})
+        return float(settings["clock"]["protocol_delay_s"])
+
+    assert delay("") == PROTOCOL_DELAY_S["flower"]  # Flower's default timing
+    assert delay("    protocol_timing: fast\n") == PROTOCOL_DELAY_S["fast"]
+    assert delay("simulation: {protocol_delay_s: 0.75}\n") == 0.75

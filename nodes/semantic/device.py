@@ -30,9 +30,11 @@ __all__ = ["main", "run_scheme"]
 
 
 def run_scheme(
-    folder: Path, scheme: str, fog: tuple[str, int], indices: range, speed: float, out: IO[str]
+    folder: Path, scheme: str, fog: tuple[str, int], indices: range, speed: float, out: IO[str],
+    interval_s: float = 0.0,
 ) -> None:
-    """Offload inferences ``indices`` with ``scheme``; one JSON line each to ``out``."""
+    """Offload inferences ``indices`` with ``scheme``; one JSON line each to ``out``;
+    ``interval_s``: time between the starts of two inferences, s (0: back to back)."""
     from nodes.semantic.model import OffloadModel
 
     model = OffloadModel(folder, scheme)
@@ -40,7 +42,9 @@ def run_scheme(
     xs_all = [inputs[f"x{k}"] for k in range(model.k)]
     with socket.create_connection(fog, timeout=120) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for i in indices:
+        start = time.perf_counter()
+        for n, i in enumerate(indices):
+            time.sleep(max(0.0, start + n * interval_s - time.perf_counter()))
             t0 = time.perf_counter()
             payload = model.encode([x[i : i + 1] for x in xs_all])
             enc = time.perf_counter() - t0
@@ -75,6 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--count", type=int, required=True)
     ap.add_argument("--speed-factor", type=float, default=1.0)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--interval", type=float, default=0.0, help="s between inferences")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     host, port = args.fog.rsplit(":", 1)
@@ -83,7 +88,8 @@ def main(argv: list[str] | None = None) -> None:
     with args.out.open("a") as out:
         for scheme in meta["schemes"]:
             todo = range(args.first + done.get(scheme, 0), args.first + args.count)
-            run_scheme(args.dir, scheme, (host, int(port)), todo, args.speed_factor, out)
+            run_scheme(args.dir, scheme, (host, int(port)), todo, args.speed_factor, out,
+                       args.interval)
 
 
 def _done(path: Path) -> dict[str, int]:

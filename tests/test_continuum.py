@@ -166,3 +166,94 @@ def test_a_route_through_a_nodes_link_shares_its_bandwidth() -> None:
     assert abs(alone / ideal - 1) < 2 * BW_TOL, (alone, ideal)
     assert opposite < 1.5 * ideal, (opposite, times)
     assert abs(same_way / (2 * ideal) - 1) < 2 * BW_TOL, (same_way, times)
+
+
+OFFLOAD = """\
+  semantic_offload:
+    devices: [ue-1]
+    fog: fog
+    requests: 2
+"""
+UE = "    - {id: ue, tier: edge, count: 2}\n"
+UE_LINK = """\
+links:
+  nodes:
+    ue-1: {kind: mmwave, mmwave: {snr_db: 20}}
+"""
+
+
+def test_semantic_offload_runs_beside_fl_and_functions_on_its_own_nodes() -> None:
+    text = (FLEET + UE + UE_LINK + "workload:\n  fl: {rounds: 1, nodes: [cloud, fog, edge]}\n"
+            "  functions:\n    nodes: [fog]\n    functions: [{name: i, module: idle}]\n" + OFFLOAD)
+    exp = parse_spec(text)
+    assert exp.workload.sections == ["fl", "functions", "semantic_offload"]
+    by = {n.name: n for n in make_plan(exp).nodes}
+    # the fog hosts all three (its CPUs shared); the device only the offload, on mmWave
+    assert by["fog"].workloads == ("fl", "functions", "semantic_offload")
+    assert by["ue-1"].workloads == ("semantic_offload",) and by["ue-1"].role == "none"
+    assert by["ue-2"].workloads == () and by["ue-1"].uplink.kind_in("proxy") == "mmwave"
+    offload = exp.workload.model_for("semantic_offload")
+    assert offload.nodes == ["ue-1", "fog"]  # its nodes: its devices and its fog
+
+
+def test_what_semantic_offload_cannot_share_is_an_error_with_path_and_line() -> None:
+    head = FLEET + UE + UE_LINK + "workload:\n"
+    # a device that FL also runs on (FL's nodes: every node by default): two links
+    [(line, path, msg)] = problems(head + "  fl: {rounds: 1}\n" + OFFLOAD)
+    assert (line, path) == (14, "workload.semantic_offload.devices.0")
+    assert "'ue-1' also runs ['fl']" in msg and "one emulated link" in msg
+    # nodes given without its devices, and a GPU slot the functions' pinned gpu holds
+    own = "    nodes: [fog]\n    gpu_slots: {fog: 1}\n"
+    text = head + OFFLOAD.replace("    requests: 2\n", own)
+    text += "  functions:\n    nodes: [fog]\n    functions:\n"
+    text += "      - {name: mm, module: matmul, mode: gpu, node: fog}\n"
+    found = {(p, m.split(";")[0]) for _l, p, m in problems(text)}
+    assert ("workload.semantic_offload.devices.0",
+            "node 'ue-1' is not one of this workload's nodes (['fog'])") in found
+    assert any(p == "workload.semantic_offload.gpu_slots.fog" and "2 GPU slots of node 'fog'"
+               in m and "workload.functions.functions.0.node" in m for p, m in found), found
+    # an mmWave link on a pair with no radio side (the fog's) beside the others
+    bad = head.replace("ue-1: {kind: mmwave", "fog: {kind: mmwave") + OFFLOAD
+    assert any(p == "links.nodes.fog.kind" and "needs a radio side" in m
+               for _l, p, m in problems(bad))
+
+
+def test_functions_origin_beside_fl_is_the_fl_servers_tier_or_an_error() -> None:
+    from testbed.spec.hosting import links_lead_to
+
+    head = FLEET + "links:\n  defaults:\n    edge-cloud: {latency_ms: 20}\n"
+    head += "    edge-fog: {latency_ms: 3}\n"
+    fns = "  functions:\n    nodes: [edge-1]\n{origin}    functions: [{{name: i, module: idle}}]\n"
+    fl = "workload:\n  fl: {rounds: 1}\n"
+    [(line, path, msg)] = problems(head + fl + fns.format(origin="    origin: fog\n"))
+    assert (line, path) == (15, "workload.functions.origin")
+    assert "'fog'" in msg and "FL server's tier ('cloud')" in msg and "origin: cloud" in msg
+    for origin in ("", "    origin: cloud\n"):  # left out, or the FL server's: honoured
+        exp = parse_spec(head + fl + fns.format(origin=origin))
+        edge1 = next(n for n in make_plan(exp).nodes if n.name == "edge-1")
+        assert links_lead_to(exp) == "cloud" and edge1.uplink.latency_ms == 20
+    alone = parse_spec(head + "workload:\n" + fns.format(origin="    origin: fog\n"))
+    edge1 = next(n for n in make_plan(alone).nodes if n.name == "edge-1")
+    assert links_lead_to(alone) == "fog" and edge1.uplink.latency_ms == 3
+    default = parse_spec(head + "workload:\n" + fns.format(origin=""))
+    assert links_lead_to(default) == "edge"  # functions alone: the edge, as before
+
+
+def test_a_workloads_program_runs_beside_a_nodes_other_processes(tmp_path: Path) -> None:
+    """Programs of three workloads on one node get their own process keys; a crash of
+    the node kills them all (no key is overwritten, no process leaks)."""
+    import sys
+
+    from testbed.backends.local import LocalBackend
+
+    exp = parse_spec(FLEET + UE + UE_LINK + "workload:\n" + OFFLOAD)
+    backend = LocalBackend(make_plan(exp), tmp_path, warm=False)
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    try:
+        keys = [backend.start_processes({"fog": sleep})["fog"] for _ in range(3)]
+        assert keys == ["fog", "fog.svc", "fog.svc2"]
+        assert backend.processes_of("fog") == keys and all(backend.alive()[k] for k in keys)
+        backend.node("fog").kill()
+        assert not any(backend.alive()[k] for k in keys)
+    finally:
+        backend.stop()

@@ -1,7 +1,7 @@
 """An edge device of semantic offload: the K task encoders, then the bytes to the fog.
 
-``python -m nodes.semantic.device --dir D --fog HOST:PORT --first I --count N --out F``
-runs, for every scheme of ``D`` in turn, inferences ``I .. I+N-1`` (one sample of each
+``python -m nodes.semantic.device --dir D --fog HOST:PORT --first I --count N --out F
+[--interval S]`` runs, for every scheme of ``D`` in turn, inferences ``I .. I+N-1`` (one sample of each
 task): encode (measured, then stretched to the device's profile), send the bytes over
 one TCP connection through the node's link, wait for the fog's answer. One JSON line per
 inference goes to ``F`` as it completes: ``scheme``, ``index``, ``preds``,

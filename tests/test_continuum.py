@@ -257,3 +257,28 @@ def test_a_workloads_program_runs_beside_a_nodes_other_processes(tmp_path: Path)
         assert not any(backend.alive()[k] for k in keys)
     finally:
         backend.stop()
+
+
+def test_the_fog_channel_follows_each_devices_mmwave_snr_schedule() -> None:
+    """Each device asks the fog for its link's modelled SNR of the time (its schedule on
+    the fleet's clock); a set ``snr_db`` of the section holds for all."""
+    from nodes.semantic.device import snr_now
+    from testbed.workloads.semantic_offload import device_links, snr_steps
+
+    link = UE_LINK.replace("{snr_db: 20}", "{snr_db: 20, schedule: [{at_s: 70, snr_db: 5}, "
+                           "{at_s: 100, speed_mps: 9}]}")
+    link += "    ue-2: {kind: mmwave, mmwave: {distance_m: 50}}\n"
+    exp = parse_spec(FLEET + UE + link + "workload:\n" + OFFLOAD.replace("[ue-1]", "[ue-1, ue-2]"))
+    spec = exp.workload.semantic_offload
+
+    class Ctx:  # what device_links reads
+        experiment = exp
+
+    links = device_links(Ctx(), spec)  # type: ignore[arg-type]
+    steps = snr_steps(spec, links)
+    assert steps["ue-1"] == [[0.0, 20.0], [70.0, 5.0], [100.0, 5.0]]
+    assert len(steps["ue-2"]) == 1 and 0 < steps["ue-2"][0][1] < 60  # from its distance
+    assert snr_steps(spec.model_copy(update={"snr_db": 12.0}), links) == {}
+    now = time.time()
+    assert snr_now(steps["ue-1"], now - 80) == 5.0 and snr_now(steps["ue-1"], now - 10) == 20.0
+    assert snr_now([], now) is None

@@ -92,6 +92,32 @@ def channel_snr_db(spec: SemanticOffloadSpec, links: dict[str, LinkSpec]) -> tup
     return DEFAULT_SNR_DB, "default (no mmwave device link)"
 
 
+def snr_steps(spec: SemanticOffloadSpec, links: dict[str, LinkSpec]) -> dict[str, list[Any]]:
+    """Per device, ``[[at_s, snr_db], ...]``: its mmwave link's modelled SNR over its
+    schedule, the channel SNR the fog applies to its requests (none when
+    ``workload.semantic_offload.snr_db`` is set, or for a device without mmwave)."""
+    from radio.link_model import RadioLinkModel
+
+    out: dict[str, list[Any]] = {}
+    for d, link in links.items():
+        if spec.snr_db is None and link.mmwave is not None:
+            model = RadioLinkModel(link.mmwave)
+            times = sorted({0.0, *(seg.at_s for seg in link.mmwave.schedule)})
+            out[d] = [[t, round(model.state_at(t).snr_db, 3)] for t in times]
+    return out
+
+
+def _clock(ctx: RunContext, backend: Any) -> float:
+    """Start the links' schedules (once per fleet); the epoch time of their origin."""
+    if ctx.fleet is not None:
+        backend.start_schedules()
+        t0 = float(backend.schedules_t0)
+    else:
+        t0 = time.monotonic()
+        backend.start_schedules(t0=t0)
+    return time.time() - (time.monotonic() - t0)
+
+
 def _speed(ctx: RunContext, name: str) -> float:
     return next(n.profile.cpu_speed_factor for n in ctx.plan.nodes if n.name == name)
 
@@ -107,14 +133,15 @@ def _deploy(ctx: RunContext, backend: Any, spec: SemanticOffloadSpec, folder: Pa
     wait_port(port, 120.0, backend.procs.procs[fog_key])
     reach = backend.open_links(links, port)
     outs = {d: ctx.run_dir / "nodes" / d / "offload.jsonl" for d in spec.devices}
-    commands = {}
+    commands, origin, steps = {}, _clock(ctx, backend), snr_steps(spec, links)
     for i, d in enumerate(spec.devices):
         outs[d].parent.mkdir(parents=True, exist_ok=True)
         commands[d] = [sys.executable, "-m", "nodes.semantic.device", "--dir", str(folder),
                        "--fog", reach[d], "--first", str(i * share), "--count", str(share),
                        "--speed-factor", str(_speed(ctx, d)), "--out", str(outs[d]),
                        "--interval", str(spec.interval_s)]
-    backend.start_schedules()
+        if d in steps:
+            commands[d] += ["--snr-steps", json.dumps(steps[d]), "--clock-origin", str(origin)]
     keys = backend.start_processes(commands)
     return outs, [keys[d] for d in spec.devices]
 
@@ -139,7 +166,8 @@ def _per_inference(ctx: RunContext, rows: list[dict[str, Any]], labels: list[Any
     at the time it was answered (measured)."""
     for r in rows:
         right = [p == labels[k][r["index"]] for k, p in enumerate(r["preds"])]
-        tags = {"scheme": r["scheme"], "kind": "measured"}
+        tags = {"scheme": r["scheme"], "kind": "measured"} | (
+            {"snr_db": r["snr_db"]} if "snr_db" in r else {})  # (the channel's, modelled)
         ctx.store.add_metric(ctx.run_id, "offload_e2e_ms", 1000.0 * float(r["e2e_s"]),
                              node=r["device"], ts=r["t"], tags=tags)
         ctx.store.add_metric(ctx.run_id, "offload_task_acc", sum(right) / len(right),

@@ -282,3 +282,23 @@ def test_the_fog_channel_follows_each_devices_mmwave_snr_schedule() -> None:
     now = time.time()
     assert snr_now(steps["ue-1"], now - 80) == 5.0 and snr_now(steps["ue-1"], now - 10) == 20.0
     assert snr_now([], now) is None
+
+
+def test_the_timeline_draws_semantic_offloads_key_metrics_beside_the_others(
+    tmp_path: Path,
+) -> None:
+    from testbed.controller.timeline import run_timeline
+
+    store = RunStore(tmp_path)
+    fl, off = store.tagged("fl"), store.tagged("semantic_offload")
+    fl.add_event("r", "fleet_ready", ts=100.0)
+    fl.add_metric("r", "global_acc", 0.5, round=1, ts=110.0)
+    off.add_metric("r", "offload_e2e_ms", 10.5, node="ue-1", ts=112.0)
+    off.add_metric("r", "offload_task_acc", 0.75, node="ue-1", ts=112.0)
+    off.add_metric("r", "accuracy", 0.9, ts=130.0)  # a summary row: not a key metric
+    tl = run_timeline(store, "r", ["fl", "semantic_offload"], {"ue-1": ["semantic_offload"]})
+    assert tl["workloads"][1] == {"section": "semantic_offload",
+                                  "key_metrics": ["offload_e2e_ms", "offload_task_acc"]}
+    drawn = {(m["workload"], m["name"], m["t_s"]) for m in tl["metrics"]}
+    assert drawn == {("fl", "global_acc", 10.0), ("semantic_offload", "offload_e2e_ms", 12.0),
+                     ("semantic_offload", "offload_task_acc", 12.0)}

@@ -133,8 +133,11 @@ def plot(
     fig.tight_layout()
     out.mkdir(parents=True, exist_ok=True)
     path = out / "timeline.png"
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
+    from PIL import Image  # (matplotlib's own dependency) a small palette PNG
+
+    Image.open(path).convert("RGB").quantize(64).save(path, optimize=True)
     return path
 
 

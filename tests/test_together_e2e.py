@@ -116,6 +116,7 @@ workload:
   semantic_offload:
     devices: [ue]
     fog: fog
+    schemes: [semantic_mux]
     num_tasks: 2
     requests: 40
     interval_s: 0.2

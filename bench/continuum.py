@@ -3,12 +3,15 @@ read from the run's store only: ``python -m bench.continuum --store runs --run I
 docs/results/continuum``.
 
 Writes ``timeline.png`` (every workload's key figures and the run's events on one time
-axis) and prints a markdown table per event window: what FL and the functions saw
-before, during and after it. Times are seconds after the fleet was ready. Every figure
-says how it was obtained: FL accuracy, round durations and upload round trips are
-measured; a function's end-to-end latency is measured network time (through the
-emulated link) plus the node's device time, stretched from a measured CPU time or
-modelled (emulated GPU) as its ``timing`` tag says.
+axis) and prints a markdown table per event window: what FL, the functions and the
+semantic offload saw before, during and after it. Times are seconds after the fleet was
+ready. Every figure says how it was obtained: FL accuracy, round durations and upload
+round trips are measured; a function's end-to-end latency is measured network time
+(through the emulated link) plus the node's device time, stretched from a measured CPU
+time or modelled (emulated GPU) as its ``timing`` tag says; an offload inference's
+latency and task accuracy are measured (its device times stretched), an mmWave link's
+rate is modelled (Sionna channel windows, ``radio_rate_mbps``; its clock starts when the
+links' schedules do, at the fleet's ready time).
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ def plot(
 
     rows, t0 = store.workload_metrics(run_id), tl["t0"]
     events = tl["events"]
-    fig, axes = plt.subplots(4, 1, figsize=(11, 11), sharex=True)
+    fig, axes = plt.subplots(5, 1, figsize=(11, 13), sharex=True)
     ends = {e["round"]: e["t_s"] for e in events if e["kind"] == "round_end"}
     acc = [
         (ends[r.round], r.value) for r in rows_by(rows, t0, "fl", "global_acc") if r.round in ends
@@ -120,19 +123,78 @@ def plot(
         pts.append((max(e["t_s"] for e in events), pts[-1][1]))  # held to the end
         ax.step([p[0] for p in pts], [p[1] + 0.04 * k for p in pts], where="post", label=fn)
     ax.set_ylabel("function on GPU\n(1 = GPU backend)")
-    ax.set_xlabel("seconds after the fleet was ready")
     ax.legend(fontsize=7)
+    offload_panel(axes[4], rows, t0)
     end = max(e["t_s"] for e in events)
     for i, a in enumerate(axes):
         rules(a, events, sat, label=i == 0)
     axes[-1].set_xlim(right=end)
-    fig.suptitle(f"{run_id}: FL and functions on one fleet", y=0.995)
+    fig.suptitle(f"{run_id}: FL, functions and semantic offload on one fleet", y=0.995)
     fig.tight_layout()
     out.mkdir(parents=True, exist_ok=True)
     path = out / "timeline.png"
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
+    from PIL import Image  # (matplotlib's own dependency) a small palette PNG
+
+    Image.open(path).convert("RGB").quantize(64).save(path, optimize=True)
     return path
+
+
+def radio_rates(rows: list[WorkloadMetricRow]) -> dict[str, list[tuple[float, float]]]:
+    """Each mmWave link's modelled rate windows: node -> [(t_s, Mbit/s)]."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        if r.name == "radio_rate_mbps" and r.value is not None:
+            out.setdefault(str(r.node), []).append((float(r.tags["t_s"]), r.value))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def offload_panel(ax: Any, rows: list[WorkloadMetricRow], t0: float) -> None:
+    """Each offload device's inference latency (measured) and its mmWave link's rate
+    (modelled, right axis)."""
+    e2e = rows_by(rows, t0, "semantic_offload", "offload_e2e_ms")
+    for k, dev in enumerate(sorted({str(r.node) for r in e2e})):
+        pts = [(r.ts - t0, r.value) for r in e2e if r.node == dev]
+        ax.scatter(*zip(*pts, strict=True), s=5, color=f"C{k}",
+                   label=f"{dev} inference e2e (measured)")  # fmt: skip
+    ax.set_yscale("log")
+    ax.set_ylabel("offload e2e ms\n(encode + link + decode)")
+    ax.set_xlabel("seconds after the fleet was ready")
+    ax2 = ax.twinx()
+    for k, (node, pts) in enumerate(sorted(radio_rates(rows).items())):
+        ax2.plot(*zip(*pts, strict=True), color=f"C{k}", lw=1, alpha=0.6,
+                 label=f"{node} mmWave rate (modelled)")  # fmt: skip
+    ax2.set_ylabel("mmWave rate Mbit/s\n(lines, modelled)")
+    ax.legend(fontsize=6, loc="upper left")
+    ax2.legend(fontsize=6, loc="upper right")
+
+
+def offload_table(
+    store: RunStore, run_id: str, tl: dict[str, Any], windows: dict[str, tuple[float, float]]
+) -> str:
+    """Markdown: per window and offload device, inferences answered, median end-to-end
+    ms, mean share of tasks right (measured) and the mean modelled mmWave rate."""
+    rows, t0 = store.workload_metrics(run_id), tl["t0"]
+    e2e = rows_by(rows, t0, "semantic_offload", "offload_e2e_ms")
+    acc = rows_by(rows, t0, "semantic_offload", "offload_task_acc")
+    rates = radio_rates(rows)
+    devs = sorted({str(r.node) for r in e2e})
+    lines = ["| window (s) | " + " | ".join(
+        f"{d}: answers / p50 e2e ms / task acc / rate Mbit/s" for d in devs) + " |",
+        "|" + "---|" * (1 + len(devs))]  # fmt: skip
+    for name, (a, b) in windows.items():
+        cells = []
+        for d in devs:
+            lat = [r.value for r in e2e if r.node == d and a <= r.ts - t0 < b]
+            right = [r.value for r in acc if r.node == d and a <= r.ts - t0 < b]
+            rate = [v for t, v in rates.get(d, []) if a <= t < b]
+            cells.append(
+                f"{len(lat)} / {np.median(lat):.1f} / {np.mean(right):.3f} / {np.mean(rate):.1f}"
+                if lat else f"0 / - / - / {np.mean(rate):.1f}" if rate else "0 / - / - / -"
+            )
+        lines.append(f"| {name} [{a:.0f}, {b:.0f}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def window_table(
@@ -194,6 +256,7 @@ def main() -> None:
         windows[name] = (float(a), float(b))
     if windows:
         print(window_table(store, run.run_id, tl, windows))
+        print(offload_table(store, run.run_id, tl, windows))
     for e in tl["events"]:
         if e["kind"] not in ("round_end",):
             print(f"{e['t_s']:7.1f}  {e['kind']:<16} {e['node'] or '':<8} "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from testbed.spec.catalog import DeviceProfile
-from testbed.spec.hosting import hosts
+from testbed.spec.hosting import hosts, links_lead_to
 from testbed.spec.models import Experiment, FaultSpec, LinkSpec, NodeSpec
 
 
@@ -84,18 +84,7 @@ def make_plan(exp: Experiment, seed: int | None = None) -> Plan:
     nodes: list[PlannedNode] = []
     on = hosts(exp)
     several = len(exp.workload.sections) > 1
-    server_tier = "cloud"
-    if exp.workload.functions is not None and exp.workload.fl is None:
-        server_tier = exp.workload.functions.origin  # requests come from the origin
-    elif exp.fleet is not None:  # (with FL beside functions, links lead to its server)
-        server_tier = next(
-            (
-                n.tier
-                for n in exp.fleet.nodes
-                if n.fl_role == "server" and (not several or "fl" in on[n.names()[0]])
-            ),
-            "cloud",
-        )
+    server_tier = links_lead_to(exp)  # FL's server, else the functions' origin
     pid = 0
     timing = exp.workload.fl.protocol_timing if exp.workload.fl else "flower"
     for spec in exp.fleet.nodes if exp.fleet else []:

@@ -166,3 +166,139 @@ def test_a_route_through_a_nodes_link_shares_its_bandwidth() -> None:
     assert abs(alone / ideal - 1) < 2 * BW_TOL, (alone, ideal)
     assert opposite < 1.5 * ideal, (opposite, times)
     assert abs(same_way / (2 * ideal) - 1) < 2 * BW_TOL, (same_way, times)
+
+
+OFFLOAD = """\
+  semantic_offload:
+    devices: [ue-1]
+    fog: fog
+    requests: 2
+"""
+UE = "    - {id: ue, tier: edge, count: 2}\n"
+UE_LINK = """\
+links:
+  nodes:
+    ue-1: {kind: mmwave, mmwave: {snr_db: 20}}
+"""
+
+
+def test_semantic_offload_runs_beside_fl_and_functions_on_its_own_nodes() -> None:
+    text = (FLEET + UE + UE_LINK + "workload:\n  fl: {rounds: 1, nodes: [cloud, fog, edge]}\n"
+            "  functions:\n    nodes: [fog]\n    functions: [{name: i, module: idle}]\n" + OFFLOAD)
+    exp = parse_spec(text)
+    assert exp.workload.sections == ["fl", "functions", "semantic_offload"]
+    by = {n.name: n for n in make_plan(exp).nodes}
+    # the fog hosts all three (its CPUs shared); the device only the offload, on mmWave
+    assert by["fog"].workloads == ("fl", "functions", "semantic_offload")
+    assert by["ue-1"].workloads == ("semantic_offload",) and by["ue-1"].role == "none"
+    assert by["ue-2"].workloads == () and by["ue-1"].uplink.kind_in("proxy") == "mmwave"
+    offload = exp.workload.model_for("semantic_offload")
+    assert offload.nodes == ["ue-1", "fog"]  # its nodes: its devices and its fog
+
+
+def test_what_semantic_offload_cannot_share_is_an_error_with_path_and_line() -> None:
+    head = FLEET + UE + UE_LINK + "workload:\n"
+    # a device that FL also runs on (FL's nodes: every node by default): two links
+    [(line, path, msg)] = problems(head + "  fl: {rounds: 1}\n" + OFFLOAD)
+    assert (line, path) == (14, "workload.semantic_offload.devices.0")
+    assert "'ue-1' also runs ['fl']" in msg and "one emulated link" in msg
+    # nodes given without its devices, and a GPU slot the functions' pinned gpu holds
+    own = "    nodes: [fog]\n    gpu_slots: {fog: 1}\n"
+    text = head + OFFLOAD.replace("    requests: 2\n", own)
+    text += "  functions:\n    nodes: [fog]\n    functions:\n"
+    text += "      - {name: mm, module: matmul, mode: gpu, node: fog}\n"
+    found = {(p, m.split(";")[0]) for _l, p, m in problems(text)}
+    assert ("workload.semantic_offload.devices.0",
+            "node 'ue-1' is not one of this workload's nodes (['fog'])") in found
+    assert any(p == "workload.semantic_offload.gpu_slots.fog" and "2 GPU slots of node 'fog'"
+               in m and "workload.functions.functions.0.node" in m for p, m in found), found
+    # an mmWave link on a pair with no radio side (the fog's) beside the others
+    bad = head.replace("ue-1: {kind: mmwave", "fog: {kind: mmwave") + OFFLOAD
+    assert any(p == "links.nodes.fog.kind" and "needs a radio side" in m
+               for _l, p, m in problems(bad))
+
+
+def test_functions_origin_beside_fl_is_the_fl_servers_tier_or_an_error() -> None:
+    from testbed.spec.hosting import links_lead_to
+
+    head = FLEET + "links:\n  defaults:\n    edge-cloud: {latency_ms: 20}\n"
+    head += "    edge-fog: {latency_ms: 3}\n"
+    fns = "  functions:\n    nodes: [edge-1]\n{origin}    functions: [{{name: i, module: idle}}]\n"
+    fl = "workload:\n  fl: {rounds: 1}\n"
+    [(line, path, msg)] = problems(head + fl + fns.format(origin="    origin: fog\n"))
+    assert (line, path) == (15, "workload.functions.origin")
+    assert "'fog'" in msg and "FL server's tier ('cloud')" in msg and "origin: cloud" in msg
+    for origin in ("", "    origin: cloud\n"):  # left out, or the FL server's: honoured
+        exp = parse_spec(head + fl + fns.format(origin=origin))
+        edge1 = next(n for n in make_plan(exp).nodes if n.name == "edge-1")
+        assert links_lead_to(exp) == "cloud" and edge1.uplink.latency_ms == 20
+    alone = parse_spec(head + "workload:\n" + fns.format(origin="    origin: fog\n"))
+    edge1 = next(n for n in make_plan(alone).nodes if n.name == "edge-1")
+    assert links_lead_to(alone) == "fog" and edge1.uplink.latency_ms == 3
+    default = parse_spec(head + "workload:\n" + fns.format(origin=""))
+    assert links_lead_to(default) == "edge"  # functions alone: the edge, as before
+
+
+def test_a_workloads_program_runs_beside_a_nodes_other_processes(tmp_path: Path) -> None:
+    """Programs of three workloads on one node get their own process keys; a crash of
+    the node kills them all (no key is overwritten, no process leaks)."""
+    import sys
+
+    from testbed.backends.local import LocalBackend
+
+    exp = parse_spec(FLEET + UE + UE_LINK + "workload:\n" + OFFLOAD)
+    backend = LocalBackend(make_plan(exp), tmp_path, warm=False)
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    try:
+        keys = [backend.start_processes({"fog": sleep})["fog"] for _ in range(3)]
+        assert keys == ["fog", "fog.svc", "fog.svc2"]
+        assert backend.processes_of("fog") == keys and all(backend.alive()[k] for k in keys)
+        backend.node("fog").kill()
+        assert not any(backend.alive()[k] for k in keys)
+    finally:
+        backend.stop()
+
+
+def test_the_fog_channel_follows_each_devices_mmwave_snr_schedule() -> None:
+    """Each device asks the fog for its link's modelled SNR of the time (its schedule on
+    the fleet's clock); a set ``snr_db`` of the section holds for all."""
+    from nodes.semantic.device import snr_now
+    from testbed.workloads.semantic_offload import device_links, snr_steps
+
+    link = UE_LINK.replace("{snr_db: 20}", "{snr_db: 20, schedule: [{at_s: 70, snr_db: 5}, "
+                           "{at_s: 100, speed_mps: 9}]}")
+    link += "    ue-2: {kind: mmwave, mmwave: {distance_m: 50}}\n"
+    exp = parse_spec(FLEET + UE + link + "workload:\n" + OFFLOAD.replace("[ue-1]", "[ue-1, ue-2]"))
+    spec = exp.workload.semantic_offload
+
+    class Ctx:  # what device_links reads
+        experiment = exp
+
+    links = device_links(Ctx(), spec)  # type: ignore[arg-type]
+    steps = snr_steps(spec, links)
+    assert steps["ue-1"] == [[0.0, 20.0], [70.0, 5.0], [100.0, 5.0]]
+    assert len(steps["ue-2"]) == 1 and 0 < steps["ue-2"][0][1] < 60  # from its distance
+    assert snr_steps(spec.model_copy(update={"snr_db": 12.0}), links) == {}
+    now = time.time()
+    assert snr_now(steps["ue-1"], now - 80) == 5.0 and snr_now(steps["ue-1"], now - 10) == 20.0
+    assert snr_now([], now) is None
+
+
+def test_the_timeline_draws_semantic_offloads_key_metrics_beside_the_others(
+    tmp_path: Path,
+) -> None:
+    from testbed.controller.timeline import run_timeline
+
+    store = RunStore(tmp_path)
+    fl, off = store.tagged("fl"), store.tagged("semantic_offload")
+    fl.add_event("r", "fleet_ready", ts=100.0)
+    fl.add_metric("r", "global_acc", 0.5, round=1, ts=110.0)
+    off.add_metric("r", "offload_e2e_ms", 10.5, node="ue-1", ts=112.0)
+    off.add_metric("r", "offload_task_acc", 0.75, node="ue-1", ts=112.0)
+    off.add_metric("r", "accuracy", 0.9, ts=130.0)  # a summary row: not a key metric
+    tl = run_timeline(store, "r", ["fl", "semantic_offload"], {"ue-1": ["semantic_offload"]})
+    assert tl["workloads"][1] == {"section": "semantic_offload",
+                                  "key_metrics": ["offload_e2e_ms", "offload_task_acc"]}
+    drawn = {(m["workload"], m["name"], m["t_s"]) for m in tl["metrics"]}
+    assert drawn == {("fl", "global_acc", 10.0), ("semantic_offload", "offload_e2e_ms", 12.0),
+                     ("semantic_offload", "offload_task_acc", 12.0)}

@@ -83,3 +83,68 @@ def test_fl_and_functions_share_a_fleet_and_a_node_outage(tmp_path: Path) -> Non
     assert redeployed and redeployed[0].ts > back.ts
     assert any(r.name == "e2e_ms" and r.ts > redeployed[0].ts for r in fn)
     assert processes_under(tmp_path) == []
+
+
+OFFLOAD_SPEC = """\
+name: offload-beside
+seed: 5
+fleet:
+  nodes:
+    - {id: fog, tier: fog, profile: host}
+    - {id: ue, tier: edge, profile: host}
+links:
+  defaults:
+    edge-fog: {bandwidth_mbps: 50, latency_ms: 5}
+  nodes:
+    ue:
+      kind: mmwave
+      latency_ms: 1
+      mmwave:
+        snr_db: 20
+        speed_mps: 3
+        num_resource_blocks: 2
+        update_s: 0.1
+        schedule: [{at_s: 4, snr_db: 2, speed_mps: 30}]
+workload:
+  functions:
+    nodes: [fog]
+    origin: edge
+    duration_s: 8
+    functions:
+      - {name: idle, module: idle, slo_ms: 100, request: {wait_ms: 5},
+         arrivals: {kind: poisson, rate_rps: 4}}
+  semantic_offload:
+    devices: [ue]
+    fog: fog
+    schemes: [semantic_mux]
+    num_tasks: 2
+    requests: 40
+    interval_s: 0.2
+    model: {quick: true, device: cpu, quick_train_steps: 60, channel_bank_size: 128,
+            hidden_dim: 32, num_tasks_list: [2]}
+"""
+
+
+def test_semantic_offload_shares_its_fog_with_functions(tmp_path: Path) -> None:
+    """Semantic offload beside functions on one fleet: its fog server runs beside the
+    fog's function runtime (two processes, neither replaced), its device's mmWave link
+    joins the fleet's links and plays its schedule on the fleet's clock."""
+    store = RunStore(tmp_path / "runs")
+    res = run_experiment(parse_spec(OFFLOAD_SPEC), store, spec_path="inline")
+    assert res.status == "completed", res.summary
+    offload = res.summary["workloads"]["semantic_offload"]
+    assert offload["schemes"]["semantic_mux"]["answers"] == 40
+    assert res.summary["workloads"]["functions"]["origin"] == "edge"
+    logs = store.artifact_dir(res.run_id) / "logs"
+    assert (logs / "fog.log").is_file() and (logs / "fog.svc.log").is_file()  # side by side
+    rows = store.workload_metrics(res.run_id)
+    e2e = [r for r in rows if r.name == "offload_e2e_ms"]
+    assert len(e2e) == 40 and {r.workload for r in e2e} == {"semantic_offload"}
+    assert any(r.workload == "functions" and r.name == "e2e_ms" for r in rows)
+    snr = sorted((float(r.tags["t_s"]), r.value) for r in rows
+                 if r.name == "radio_snr_db" and r.node == "ue")  # fmt: skip
+    assert {r.workload for r in rows if r.name.startswith("radio_")} == {None}  # the fleet's
+    assert snr and all(v == 20 for t, v in snr if t < 3.9) and snr[-1][1] == 2, snr
+    # the fog applied the link's SNR of the time to each request (the schedule's, modelled)
+    assert {r.tags["snr_db"] for r in e2e} <= {20.0, 2.0} and e2e[-1].tags["snr_db"] == 2.0
+    assert processes_under(tmp_path) == []

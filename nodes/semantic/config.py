@@ -5,11 +5,11 @@ Only pydantic and light modules are imported here (validating a spec loads no to
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from nodes.frozen import Frozen
+from nodes.hosting import Hosted
 from radio.config import SemanticMuxSpec
 
 __all__ = ["OFFLOAD_SCHEMES", "SemanticOffloadSpec"]
@@ -29,8 +29,11 @@ QUICK_MODEL = SemanticMuxSpec(
 )
 
 
-class SemanticOffloadSpec(Frozen):
+class SemanticOffloadSpec(Hosted):
     """Edge devices offload K inference tasks to a fog node over their links.
+
+    A fleet workload (:class:`~nodes.hosting.Hosted`): it runs on its devices and its fog
+    (``nodes`` defaults to them and, when given, must hold them), beside other workloads.
 
     Attributes
     ----------
@@ -52,6 +55,9 @@ class SemanticOffloadSpec(Frozen):
         ``num_tasks_list`` and ``snr_db_list`` are not used).
     timeout_s : float
         Longest a device may take for all its requests, s.
+    interval_s : float
+        Time between the starts of a device's inferences, s (0: back to back; an
+        inference that takes longer delays the next, none is skipped).
     """
 
     devices: list[str] = Field(min_length=1)
@@ -62,6 +68,16 @@ class SemanticOffloadSpec(Frozen):
     snr_db: float | None = Field(None, ge=-30, le=60)
     model: SemanticMuxSpec = QUICK_MODEL
     timeout_s: float = Field(300.0, gt=0)
+    interval_s: float = Field(0.0, ge=0, le=3600)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _own_nodes(cls, data: Any) -> Any:
+        """``nodes`` defaults to the devices and the fog (not every node of the fleet)."""
+        if isinstance(data, dict) and data.get("nodes") is None and "devices" in data:
+            devices = data["devices"] if isinstance(data["devices"], list) else []
+            return {**data, "nodes": [*devices, data.get("fog")]}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> SemanticOffloadSpec:
@@ -80,6 +96,14 @@ class SemanticOffloadSpec(Frozen):
         if errors:
             raise ValueError("; ".join(errors))
         return self
+
+    def pinned_nodes(self) -> list[tuple[str, str]]:
+        """``(path, node)`` of the nodes it must run on (checked against ``nodes``)."""
+        return self.node_references()
+
+    def own_link_nodes(self) -> list[tuple[str, str]]:
+        """``(path, node)`` of the nodes whose link leads to this workload's fog."""
+        return [(f"devices.{i}", d) for i, d in enumerate(self.devices)]
 
     def node_references(self) -> list[tuple[str, str]]:
         """``(path under the section, node name)`` of every node it names."""

@@ -47,8 +47,8 @@ class _Fog:
         i = int(header["index"])
         with self.lock:
             t0 = time.perf_counter()
-            preds = self.models[str(header["scheme"])].decode(
-                payload, self.h[i : i + 1], self.snr_db
+            preds = self.models[str(header["scheme"])].decode(  # the device link's SNR now
+                payload, self.h[i : i + 1], float(header.get("snr_db", self.snr_db))
             )
             real = time.perf_counter() - t0
             device = stretch(real, self.speed_factor)

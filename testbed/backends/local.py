@@ -364,21 +364,26 @@ class LocalBackend:
         ``<name>.svc`` beside the node's SuperNode (another workload of the run)."""
         if name not in self._cmds and name not in self.procs.procs:  # (the SuperLink's)
             return name
-        key = f"{name}.svc"
-        self._beside.setdefault(name, []).append(key)
+        beside = self._beside.setdefault(name, [])  # a third workload's: <name>.svc2 ...
+        key = f"{name}.svc{len(beside) + 1 if beside else ''}"
+        beside.append(key)
         return key
 
     def processes_of(self, name: str) -> list[str]:
         """Process keys of node ``name``: its own and those of other workloads beside it."""
         keys = [name, *self._beside.get(name, [])]
         return [k for k in keys if k in self._cmds or k in self.procs.procs]
-    def start_processes(self, commands: Mapping[str, list[str]]) -> None:
+    def start_processes(self, commands: Mapping[str, list[str]]) -> dict[str, str]:
         """Start nodes that run a workload's own program (no SuperNode, no port waited
         for: e.g. semantic offload's devices and fog); their node handles (faults)
-        restart them with the same command."""
+        restart them with the same command. Returns node name -> its process key (the
+        name, or ``<name>.svc`` beside another workload's process on the node)."""
+        keys = {}
         for name, cmd in commands.items():
-            self._cmds[name], self.node_ports[name] = list(cmd), 0
-            self.start_node(name)
+            keys[name] = key = self._service_key(name)
+            self._cmds[key], self.node_ports[key] = list(cmd), 0
+            self.start_node(key)
+        return keys
 
     def open_links(self, specs: Mapping[str, LinkSpec], server_port: int) -> dict[str, str]:
         """A link per named node to one server port on this host (e.g. edge devices to

@@ -113,11 +113,14 @@ class MmwaveLink(ShapingProxy):
     def run_schedule(self, schedule: LinkSchedule, t0: float) -> None:
         """Play ``schedule`` (latency, loss...) and restart the radio schedule's clock at
         ``t0``."""
-        self._t0 = t0
+        self.restart_radio_clock(t0)
         super().run_schedule(schedule, t0)
 
     def restart_radio_clock(self, t0: float) -> None:
-        """The radio ``schedule``'s origin (``time.monotonic()``): the fleet's ready time."""
+        """The radio ``schedule``'s origin (``time.monotonic()``): the fleet's ready time
+        (windows noted before, e.g. the first at the link's start, move to that clock)."""
+        for w in self._windows:
+            w["t_s"] = round(w["t_s"] + self._t0 - t0, 4)
         self._t0 = t0
 
     def stop(self) -> None:

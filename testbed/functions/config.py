@@ -90,8 +90,11 @@ class FunctionsSpec(Hosted):
         "gaia", description="a policy of testbed/functions/placement.py or package.module:fn"
     )
     duration_s: float = Field(60.0, gt=0, description="load duration per run")
-    origin: Literal["edge", "fog", "cloud", "space"] = Field(
-        "edge", description="tier the requests come from (picks the default links)"
+    origin: Literal["edge", "fog", "cloud", "space"] | None = Field(
+        None,
+        description="tier the requests come from (picks the default links); None: edge, "
+        "or beside fl the FL server's tier (where every node's link leads; another is an "
+        "error)",
     )
     gpu: Literal["auto", "emulated", "cuda"] = Field(
         "auto", description="auto: real CUDA where present, else the emulated GPU backend"

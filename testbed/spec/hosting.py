@@ -59,9 +59,64 @@ def nodes_of(exp: Experiment, section: str) -> list[str]:
     return [name for name, secs in hosts(exp).items() if section in secs]
 
 
+def links_lead_to(exp: Experiment) -> str:
+    """The tier every node's link leads to: the FL server's (a node has one emulated
+    link; beside FL every workload's traffic crosses it), else the functions' origin
+    (default ``edge``), else ``cloud``."""
+    fns = exp.workload.functions
+    if fns is not None and exp.workload.fl is None:
+        return fns.origin or "edge"  # requests come from the origin
+    if exp.fleet is None:
+        return "cloud"
+    on, several = hosts(exp), len(exp.workload.sections) > 1
+    return next(
+        (
+            n.tier
+            for n in exp.fleet.nodes
+            if n.fl_role == "server" and (not several or "fl" in on[n.names()[0]])
+        ),
+        "cloud",
+    )
+
+
+def origin_errors(exp: Experiment) -> list[str]:
+    """``workload.functions.origin`` beside FL other than the FL server's tier: the
+    nodes' links lead there, so requests from elsewhere cannot be emulated."""
+    fns, fl = exp.workload.functions, exp.workload.fl
+    if fns is None or fl is None or fns.origin is None:
+        return []
+    tier = links_lead_to(exp)
+    if fns.origin == tier:
+        return []
+    return [
+        f"workload.functions.origin: {fns.origin!r}, but beside workload.fl every node's "
+        f"link leads to the FL server's tier ({tier!r}): a node has one emulated link, so "
+        f"requests can only enter from {tier!r}; set origin: {tier} (or leave it out)"
+    ]
+
+
+def own_link_errors(exp: Experiment) -> list[str]:
+    """A node whose link a section makes its own (``own_link_nodes()``: semantic
+    offload's devices, linked to their fog) that another section runs on too (its link
+    leads elsewhere; a node has one emulated link)."""
+    on = hosts(exp)
+    errors: list[str] = []
+    for s, m in section_models(exp).items():
+        own: Any = getattr(m, "own_link_nodes", None)
+        for path, node in own() if callable(own) else []:
+            others = [o for o in on.get(node, ()) if o != s]
+            errors += [
+                f"workload.{s}.{path}: node {node!r} also runs {others}; its link leads to "
+                f"this workload's peer, and a node has one emulated link: give {s} nodes of "
+                f"its own (leave {node!r} out of the other workloads' nodes)"
+            ] if others else []
+    return errors
+
+
 def hosting_errors(exp: Experiment, names: list[str]) -> list[str]:
     """Unknown nodes in ``nodes``/``gpu_slots``, in-process workloads beside others,
-    GPU slots claimed beyond a node's, ``path: message`` each."""
+    GPU slots claimed beyond a node's, a functions origin or a node's own link that
+    cannot be shared, ``path: message`` each."""
     models = section_models(exp)
     errors: list[str] = []
     if len(models) > 1:
@@ -92,6 +147,7 @@ def hosting_errors(exp: Experiment, names: list[str]) -> list[str]:
             for path, node in refs
             if node in names and node not in mine
         ]
+    errors += origin_errors(exp) + own_link_errors(exp) if exp.fleet is not None else []
     return errors + claim_errors(exp, models, names)
 
 

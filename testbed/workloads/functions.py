@@ -24,10 +24,14 @@ class Functions(LibraryWorkload):
 
     def run(self, ctx: RunContext) -> dict[str, Any]:
         from testbed.functions.experiment import run_functions
+        from testbed.spec.hosting import links_lead_to
 
         if ctx.observer:
             ctx.observer.started(ctx.run_id, ctx.plan)
-        return run_functions(ctx)
+        summary = run_functions(ctx)
+        # where the requests entered: the spec's origin, or (not given) its default
+        summary["origin"] = links_lead_to(ctx.experiment)
+        return summary
 
     def write_report(self, store: RunStore, sweep_id: str, out: Path) -> tuple[Path, Path]:
         from testbed.functions.report import write_functions_report

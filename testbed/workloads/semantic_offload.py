@@ -15,8 +15,14 @@ Steps:
 3. **Record** per scheme and task: ``accuracy`` (measured, on the fleet), latency
    (``e2e_s``: encoder + link + decoder, and its parts), bytes on the link, the modelled
    airtime of one inference (whole OFDM symbols / slots) and, for mmwave links, the
-   modelled radio windows (``record_link_counters``). Faults (``at_time_s``) fire from
-   when the devices start.
+   modelled radio windows (``record_link_counters``); per inference, as it was
+   answered (its own time stamp): ``offload_e2e_ms`` and ``offload_task_acc`` (the
+   share of its K tasks answered right), the Timeline page's key metrics. Faults
+   (``at_time_s``) fire from when the devices start.
+
+Beside other workloads (:mod:`testbed.workloads.together`) the fog's server runs beside
+the node's other processes (same CPUs), the devices' links join the fleet's links and
+their schedules its clock, and the run's one fault schedule applies.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ class SemanticOffload(LibraryWorkload):
     """``workload.semantic_offload``: encoders on devices, channel and heads on the fog."""
 
     spec_model = SemanticOffloadSpec
+    key_metrics = ("offload_e2e_ms", "offload_task_acc")  # (the Timeline page draws these)
 
     def run(self, ctx: RunContext) -> dict[str, Any]:
         if ctx.observer:
@@ -85,29 +92,58 @@ def channel_snr_db(spec: SemanticOffloadSpec, links: dict[str, LinkSpec]) -> tup
     return DEFAULT_SNR_DB, "default (no mmwave device link)"
 
 
+def snr_steps(spec: SemanticOffloadSpec, links: dict[str, LinkSpec]) -> dict[str, list[Any]]:
+    """Per device, ``[[at_s, snr_db], ...]``: its mmwave link's modelled SNR over its
+    schedule, the channel SNR the fog applies to its requests (none when
+    ``workload.semantic_offload.snr_db`` is set, or for a device without mmwave)."""
+    from radio.link_model import RadioLinkModel
+
+    out: dict[str, list[Any]] = {}
+    for d, link in links.items():
+        if spec.snr_db is None and link.mmwave is not None:
+            model = RadioLinkModel(link.mmwave)
+            times = sorted({0.0, *(seg.at_s for seg in link.mmwave.schedule)})
+            out[d] = [[t, round(model.state_at(t).snr_db, 3)] for t in times]
+    return out
+
+
+def _clock(ctx: RunContext, backend: Any) -> float:
+    """Start the links' schedules (once per fleet); the epoch time of their origin."""
+    if ctx.fleet is not None:
+        backend.start_schedules()
+        t0 = float(backend.schedules_t0)
+    else:
+        t0 = time.monotonic()
+        backend.start_schedules(t0=t0)
+    return time.time() - (time.monotonic() - t0)
+
+
 def _speed(ctx: RunContext, name: str) -> float:
     return next(n.profile.cpu_speed_factor for n in ctx.plan.nodes if n.name == name)
 
 
 def _deploy(ctx: RunContext, backend: Any, spec: SemanticOffloadSpec, folder: Path,
-            links: dict[str, LinkSpec], share: int) -> dict[str, Path]:
-    """Fog server, device links, device processes; device name -> its results file."""
+            links: dict[str, LinkSpec], share: int) -> tuple[dict[str, Path], list[str]]:
+    """Fog server, device links, device processes; device name -> its results file,
+    and the devices' process keys."""
     port = free_port()
     fog_cmd = [sys.executable, "-m", "nodes.semantic.fog", "--dir", str(folder),
                "--port", str(port), "--speed-factor", str(_speed(ctx, spec.fog))]
-    backend.start_processes({spec.fog: fog_cmd})
-    wait_port(port, 120.0, backend.procs.procs[spec.fog])
+    fog_key = backend.start_processes({spec.fog: fog_cmd})[spec.fog]
+    wait_port(port, 120.0, backend.procs.procs[fog_key])
     reach = backend.open_links(links, port)
     outs = {d: ctx.run_dir / "nodes" / d / "offload.jsonl" for d in spec.devices}
-    commands = {}
+    commands, origin, steps = {}, _clock(ctx, backend), snr_steps(spec, links)
     for i, d in enumerate(spec.devices):
         outs[d].parent.mkdir(parents=True, exist_ok=True)
         commands[d] = [sys.executable, "-m", "nodes.semantic.device", "--dir", str(folder),
                        "--fog", reach[d], "--first", str(i * share), "--count", str(share),
-                       "--speed-factor", str(_speed(ctx, d)), "--out", str(outs[d])]
-    backend.start_schedules()
-    backend.start_processes(commands)
-    return outs
+                       "--speed-factor", str(_speed(ctx, d)), "--out", str(outs[d]),
+                       "--interval", str(spec.interval_s)]
+        if d in steps:
+            commands[d] += ["--snr-steps", json.dumps(steps[d]), "--clock-origin", str(origin)]
+    keys = backend.start_processes(commands)
+    return outs, [keys[d] for d in spec.devices]
 
 
 def _wait_devices(backend: Any, devices: list[str], chaos: ChaosEngine, timeout_s: float,
@@ -123,6 +159,19 @@ def _wait_devices(backend: Any, devices: list[str], chaos: ChaosEngine, timeout_
         ctx.progress("offloading", min(1.0, done / max(1, expected)))
         time.sleep(0.2)
     ctx.store.add_event(ctx.run_id, "offload_timeout", timeout_s=timeout_s)
+
+
+def _per_inference(ctx: RunContext, rows: list[dict[str, Any]], labels: list[Any]) -> None:
+    """Each answer's end-to-end latency [ms] and share of its K tasks answered right,
+    at the time it was answered (measured)."""
+    for r in rows:
+        right = [p == labels[k][r["index"]] for k, p in enumerate(r["preds"])]
+        tags = {"scheme": r["scheme"], "kind": "measured"} | (
+            {"snr_db": r["snr_db"]} if "snr_db" in r else {})  # (the channel's, modelled)
+        ctx.store.add_metric(ctx.run_id, "offload_e2e_ms", 1000.0 * float(r["e2e_s"]),
+                             node=r["device"], ts=r["t"], tags=tags)
+        ctx.store.add_metric(ctx.run_id, "offload_task_acc", sum(right) / len(right),
+                             node=r["device"], ts=r["t"], tags=tags)
 
 
 def _read(outs: dict[str, Path]) -> list[dict[str, Any]]:
@@ -178,6 +227,17 @@ def _radio_records(counters: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _counters(ctx: RunContext, backend: Any, devices: list[str]) -> dict[str, dict[str, Any]]:
+    """The devices' link counters; recorded here when the fleet is this workload's own
+    (a shared fleet records every link's once, when it stops)."""
+    if ctx.fleet is not None:
+        live = backend.live_link_counters()
+        return {d: live[d] for d in devices if d in live}
+    counters: dict[str, dict[str, Any]] = backend.link_counters()
+    record_link_counters(ctx.store, ctx.run_id, counters)
+    return counters
+
+
 def run_offload(ctx: RunContext) -> dict[str, Any]:
     """Run ``workload.semantic_offload``; return the summary (also ``offload.json``)."""
     from nodes.semantic.model import OffloadModel, train_offload
@@ -195,17 +255,18 @@ def run_offload(ctx: RunContext) -> dict[str, Any]:
             raise ValueError(f"--backend {backend.name}: semantic offload needs a backend "
                              f"with {needed}; use --backend local")
     counters: dict[str, dict[str, Any]] = {}
+    outs = {d: ctx.run_dir / "nodes" / d / "offload.jsonl" for d in spec.devices}
+    expected = share * len(spec.devices) * len(spec.schemes)
     try:
-        outs = _deploy(ctx, backend, spec, folder, links, share)
-        chaos = ChaosEngine(ctx.plan, backend, ctx.store, ctx.run_id, ctx.seed)
+        outs, keys = _deploy(ctx, backend, spec, folder, links, share)
+        chaos = ctx.chaos_engine(backend)
         chaos.start()
-        expected = share * len(spec.devices) * len(spec.schemes)
-        _wait_devices(backend, spec.devices, chaos, spec.timeout_s, ctx, expected, outs)
+        _wait_devices(backend, keys, chaos, spec.timeout_s, ctx, expected, outs)
     finally:
-        counters = backend.link_counters()
+        counters = _counters(ctx, backend, spec.devices)
         backend.stop()
-        record_link_counters(ctx.store, ctx.run_id, counters)
     rows = _read(outs)
+    _per_inference(ctx, rows, ref["labels"])
     schemes = {
         s: _scheme_metrics(ctx, s, [r for r in rows if r["scheme"] == s], ref,
                            OffloadModel(folder, s).airtime_s())

@@ -114,16 +114,37 @@ class SharedFleet:
         """Start a workload's services on its nodes, after the FL fleet is up (so that
         they join the nodes' processes and links); links made for them play their
         schedules on the clock the others' started on."""
+        return self._after_fleet(self.backend.start_services, commands, ports, timeout_s)
+
+    def start_processes(self, commands: Any) -> Any:
+        """Start a workload's own programs on its nodes (after the FL fleet is up: a
+        node that also runs a SuperNode keeps it; the program runs beside it)."""
+        return self._after_fleet(self.backend.start_processes, commands)
+
+    def open_links(self, specs: Any, server_port: int) -> Any:
+        """A workload's own links (e.g. semantic offload's devices to their fog), made
+        after the FL fleet's; they play their schedules on the others' clock."""
+        return self._after_fleet(self.backend.open_links, specs, server_port)
+
+    def _after_fleet(self, call: Any, *args: Any) -> Any:
+        """``call(*args)`` once the FL fleet is up, one workload at a time; the links it
+        made start their schedules on the clock the others' started on."""
         if self.starts:
             self.start()
         with self.services_lock:
             before = set(self.backend.links)
-            reach = self.backend.start_services(commands, ports, timeout_s)
+            out = call(*args)
             new = set(self.backend.links) - before
         with self.lock:
             if self.schedules_t0 is not None and new:
                 self.backend.start_schedules(only=new, t0=self.schedules_t0)
-        return reach
+        return out
+
+    def live_link_counters(self) -> dict[str, dict[str, Any]]:
+        """The shared links' counters now (for a workload's summary; the fleet's rows
+        are recorded once, by :meth:`close`)."""
+        counters: dict[str, dict[str, Any]] = self.backend.link_counters()
+        return counters
 
     def start_schedules(self) -> None:
         """Play the links' schedules from now (once)."""

@@ -12,6 +12,9 @@ Processes
     Two-state Markov-modulated Poisson process (MMPP-2): ON/OFF phases with exponential durations,
     the ON rate ``burst_factor`` times the OFF rate, scaled so the long-run mean rate is
     ``rate_rps``.
+``phases``
+    Piecewise-constant Poisson: a list of ``(duration_s, rate_rps)`` phases played in order
+    (e.g. a load that rises, peaks and falls); no request after the last phase.
 ``trace``
     Replay of a CSV trace, either one timestamp per row or per-minute invocation counts in the
     Azure Functions 2019 trace format.
@@ -26,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-KINDS: tuple[str, ...] = ("poisson", "bursty", "trace")
+KINDS: tuple[str, ...] = ("poisson", "bursty", "phases", "trace")
 """Arrival kinds :func:`make_arrivals` accepts."""
 
 AZURE_ID_COLUMNS: tuple[str, ...] = ("HashOwner", "HashApp", "HashFunction", "Trigger")
@@ -255,6 +258,38 @@ def trace(
     return times[(times >= 0) & (times < duration_s)]
 
 
+def phases(
+    steps: list[tuple[float, float]], duration_s: float, rng: np.random.Generator
+) -> np.ndarray:
+    """Arrivals of a Poisson process whose rate is constant within each phase.
+
+    Parameters
+    ----------
+    steps : list of (float, float)
+        ``(duration_s, rate_rps)`` per phase, in order; durations > 0 s, rates >= 0 rps.
+    duration_s : float
+        Length of the run in seconds; phases past it are cut, time after the last phase
+        has no arrivals.
+    rng : numpy.random.Generator
+        Source of randomness.
+
+    Returns
+    -------
+    numpy.ndarray
+        Sorted arrival times in ``[0, duration_s)``.
+    """
+    if not steps:
+        raise ValueError("phases: at least one (duration_s, rate_rps) phase is required")
+    out, start = [], 0.0
+    for k, (length, rate) in enumerate(steps):
+        _check_pos(f"phases.{k}.duration_s", length)
+        _check_nonneg(f"phases.{k}.rate_rps", rate)
+        out.append(start + poisson(rate, length, rng))
+        start += length
+    times = np.concatenate(out)
+    return times[times < duration_s]
+
+
 def make_arrivals(
     kind: str,
     *,
@@ -264,13 +299,14 @@ def make_arrivals(
     trace_path: str | None = None,
     burst_factor: float = 5.0,
     time_scale: float = 1.0,
+    steps: list[tuple[float, float]] | None = None,
 ) -> np.ndarray:
     """Arrivals of the named kind, from ``numpy.random.default_rng(seed)``.
 
     Parameters
     ----------
     kind : str
-        ``"poisson"``, ``"bursty"`` or ``"trace"``.
+        ``"poisson"``, ``"bursty"``, ``"phases"`` or ``"trace"``.
     rate_rps : float
         Mean rate for ``poisson`` and ``bursty``; ignored for ``trace`` (the trace sets the rate).
     duration_s : float
@@ -284,6 +320,8 @@ def make_arrivals(
     time_scale : float, optional
         Time multiplier for ``trace``, default 1; ignored by the synthetic kinds (their rate and
         duration are already in the caller's time base).
+    steps : list of (float, float), optional
+        ``(duration_s, rate_rps)`` phases; required for ``kind="phases"``.
 
     Returns
     -------
@@ -300,6 +338,8 @@ def make_arrivals(
         return poisson(rate_rps, duration_s, rng)
     if kind == "bursty":
         return bursty(rate_rps, duration_s, rng, burst_factor=burst_factor)
+    if kind == "phases":
+        return phases(list(steps or []), duration_s, rng)
     if kind == "trace":
         if not trace_path:
             raise ValueError("trace_path is required when kind is 'trace'")

@@ -28,16 +28,27 @@ Mode = Literal["cpu", "cpu_preferred", "gpu_preferred", "gpu"]
 class ArrivalSpec(Frozen):
     """How requests arrive (open loop)."""
 
-    kind: Literal["poisson", "bursty", "trace"] = "poisson"
+    kind: Literal["poisson", "bursty", "phases", "trace"] = "poisson"
     rate_rps: float = Field(2.0, gt=0, description="mean rate (poisson, bursty)")
     burst_factor: float = Field(5.0, ge=1, description="bursty: ON rate / OFF rate")
     trace: str | None = Field(None, description="trace CSV (t_s column or Azure style)")
     time_scale: float = Field(1.0, gt=0, description="trace: multiply its times by this")
+    phases: list[tuple[float, float]] | None = Field(
+        None, description="phases: [[duration_s, rate_rps], ...] in order (rising, falling)"
+    )
 
     @model_validator(mode="after")
     def _trace(self) -> ArrivalSpec:
         if self.kind == "trace" and not self.trace:
             raise ValueError("trace: a trace file is required when kind is trace")
+        if self.kind == "phases" and not self.phases:
+            raise ValueError(
+                "phases: [[duration_s, rate_rps], ...] is required when kind is phases"
+            )
+        for k, (length, rate) in enumerate(self.phases or []):
+            if not (length > 0 and rate >= 0):
+                got = [length, rate]
+                raise ValueError(f"phases.{k}: need duration_s > 0 and rate_rps >= 0, got {got}")
         if self.trace and not Path(self.trace).is_file():
             raise ValueError(f"trace: file {self.trace!r} does not exist")
         return self

@@ -163,6 +163,7 @@ def arrivals_of(spec: FunctionsSpec, seed: int) -> dict[str, Any]:
             trace_path=fn.arrivals.trace,
             burst_factor=fn.arrivals.burst_factor,
             time_scale=fn.arrivals.time_scale,
+            steps=fn.arrivals.phases,
         )
         for k, fn in enumerate(spec.functions)
     }

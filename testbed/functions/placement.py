@@ -9,16 +9,25 @@ registered by name:
   estimated end-to-end latency (link + CPU time). No runtime switching.
 - ``static-gpu``: every function on a GPU backend (the idle one too), on the GPU node
   with the lowest estimate that has a free slot. No runtime switching.
-- ``gaia``: Gaia's deploy-time rule plus its dynamic runtime: the execution mode
-  decides the initial backend (``gpu``/``gpu_preferred`` -> GPU, else CPU). Gaia
-  schedules inside one cluster and does not weigh the network, so the node is the one
-  with the fastest GPU (free slot) for GPU-capable modes, the fastest CPU for ``cpu``.
-- ``gaia-link`` (ours): Gaia's modes and runtime, but the node minimises the estimated
+- ``gaia``: Gaia as published (faithful port). Gaia chooses no node: it sets the
+  function's execution mode on its Knative service (``gpu``/``gpu_preferred`` start
+  with a GPU limit, ``cpu``/``cpu_preferred`` without one) and lets the Kubernetes
+  scheduler place the pod. That scheduler is modelled here by its defaults: *filter*
+  the nodes that fit (a GPU start needs a free GPU slot), *score* them least-allocated
+  (free CPU cores after the function's request of one core, as a fraction of the
+  node's cores), ties in fleet order (Kubernetes breaks them at random; fleet order
+  keeps runs reproducible). Links and device speed are not weighed. One departure,
+  because the runtime here switches a function's backend on its node (Knative would
+  schedule the new revision anew): a ``cpu_preferred`` function is only placed on a node
+  that has a GPU, so that its promotion can happen. The runtime judges the
+  server-side latency (Gaia's activator metric).
+- ``link-aware`` (ours, not Gaia's; ``gaia-link`` is its old name, still accepted):
+  Gaia's modes and runtime, but the node minimises the estimated
   end-to-end latency *including the link* from the origin (propagation both ways and
   the payload's transfer time); a ``cpu_preferred`` function goes where its CPU meets
   the SLO, else where a free GPU would (that GPU slot is then planned for it, so two
   functions are not placed for the same slot). Its runtime judges the SLO on the end-to-end
-  latency the user sees; Gaia's judges the server-side latency (its activator metric).
+  latency the user sees.
 
 Estimates (all modelled, from the profile and the measured host cost)::
 
@@ -27,7 +36,7 @@ Estimates (all modelled, from the profile and the measured host cost)::
     gpu_ms     = wait + cpu / gpu_speedup + gpu_overhead_ms
     estimate   = link_ms + service / (1 - rate * service)      (M/M/1 mean response)
 
-and the SLO check of ``gaia-link`` uses the M/M/1 p95 (``ln 20`` x the mean).
+and the SLO check of ``link-aware`` uses the M/M/1 p95 (``ln 20`` x the mean).
 """
 
 from __future__ import annotations
@@ -63,6 +72,7 @@ class Site:
     latency_ms: float  # one way, origin -> node
     bandwidth_mbps: float | None
     gpu_slots_free: int = 0
+    cores_requested: int = 0  # CPU cores requested by the functions placed here (gaia)
 
     def link_ms(self, cost: Cost) -> float:
         transfer = 0.0
@@ -228,30 +238,59 @@ def _initial_backend(mode: str) -> str:
     return "gpu" if mode in ("gpu", "gpu_preferred") else "cpu"
 
 
+CORE_REQUEST = 1  # CPU cores a function's pod requests in the scheduler model of ``gaia``
+
+
+def _fits(site: Site, job: Job, backend: str, g: float) -> bool:
+    """The scheduler's filter: a GPU start needs a free slot; a ``cpu_preferred``
+    function needs a node with a GPU (its promotion stays on the node)."""
+    if backend == "gpu":
+        return bool(site.gpu_speedup(g)) and site.gpu_slots_free > 0
+    if job.mode == "cpu_preferred":
+        return bool(site.gpu_speedup(g))
+    return True
+
+
+def _least_allocated(site: Site) -> float:
+    """Kubernetes' default score: free CPU after the request, as a fraction of the node's."""
+    cores = site.profile.cpu_cores
+    return (cores - site.cores_requested - CORE_REQUEST) / cores
+
+
+def _k8s_pick(job: Job, sites: list[Site], backend: str, g: float) -> Site | None:
+    """The node the Kubernetes scheduler model picks (highest score, first in fleet order)."""
+    fit = [s for s in _candidates(job, sites) if _fits(s, job, backend, g)]
+    if not fit:
+        return None
+    return max(fit, key=_least_allocated)  # max keeps the first of equal scores
+
+
 @policy("gaia")
 def gaia(jobs: list[Job], sites: list[Site], g: float) -> dict[str, Placement]:
+    """Gaia as published: the mode sets the first backend, the scheduler model the node."""
     out = {}
     for job in jobs:
         backend = _initial_backend(job.mode)
-        cands = _candidates(job, sites)
-        gpus = [s for s in cands if s.gpu_speedup(g) and s.gpu_slots_free > 0]
-        if job.mode != "cpu" and gpus:
-            site = max(gpus, key=lambda s: s.profile.gpu_fp32_tflops or 0.0)
-            why = f"mode {job.mode}: fastest GPU ({site.profile.accelerator}); links not weighed"
-        else:
-            site = max(cands, key=lambda s: s.profile.cpu_speed_factor)
-            why = f"mode {job.mode}: fastest CPU; links not weighed"
-            backend = "cpu"  # a cpu function, or no GPU slot left
+        site = _k8s_pick(job, sites, backend, g)
+        why = f"mode {job.mode}: starts on {backend.upper()}"
+        if site is None and backend == "gpu":  # Kubernetes would leave the pod Pending
+            backend, why = "cpu", f"mode {job.mode}: no GPU slot fits (Pending in Kubernetes): CPU"
+            site = _k8s_pick(job, sites, backend, g)
+        if site is None:  # pinned to a node without a GPU (or to no node: ValueError)
+            site = _best_cpu(job, sites, g)[0]
         if backend == "gpu":
             _take(site)
+        site.cores_requested += CORE_REQUEST
+        why += "; node by the Kubernetes scheduler model (least allocated); links not weighed"
         est = site.estimate_ms(job.cost, backend, g, job.rate_rps)
         dyn = job.mode in ("cpu_preferred", "gpu_preferred")
         out[job.name] = Placement(site.name, backend, dyn, est, why, _estimates(job, sites, g))
     return out
 
 
-@policy("gaia-link")
-def gaia_link(jobs: list[Job], sites: list[Site], g: float) -> dict[str, Placement]:
+@policy("gaia-link")  # its old name: specs written before the rename stay valid
+@policy("link-aware")
+def link_aware(jobs: list[Job], sites: list[Site], g: float) -> dict[str, Placement]:
     out = {}
     for job in jobs:
         dyn = job.mode in ("cpu_preferred", "gpu_preferred")
@@ -265,7 +304,7 @@ def gaia_link(jobs: list[Job], sites: list[Site], g: float) -> dict[str, Placeme
 
 
 def _link_cpu_preferred(job: Job, sites: list[Site], g: float) -> tuple[Site, str, float, str]:
-    """gaia-link for ``cpu_preferred``: the CPU that meets the SLO, else the nearest free
+    """link-aware for ``cpu_preferred``: the CPU that meets the SLO, else the nearest free
     GPU (its slot planned for the promotion); starts on the CPU."""
     scored = []
     for i, s in enumerate(_candidates(job, sites)):
@@ -290,7 +329,7 @@ def _link_cpu_preferred(job: Job, sites: list[Site], g: float) -> tuple[Site, st
 
 
 def _link_nearest(job: Job, sites: list[Site], g: float) -> tuple[Site, str, float, str]:
-    """gaia-link for the other modes: Gaia's initial backend on the node with the lowest
+    """link-aware for the other modes: Gaia's initial backend on the node with the lowest
     link + backend estimate (a GPU needs a free slot, else the function starts on CPU)."""
     backend = _initial_backend(job.mode)
     best = _best(job, sites, backend, g, True)

@@ -15,7 +15,7 @@ from typing import Any
 from testbed.report_pages import write_pages
 from testbed.store import RunStore
 
-ORDER = ("static-cpu", "static-gpu", "gaia", "gaia-link")
+ORDER = ("static-cpu", "static-gpu", "gaia", "link-aware", "gaia-link")
 
 
 def load(store: RunStore, sweep_id: str) -> list[tuple[str, str, dict[str, Any]]]:
@@ -83,6 +83,34 @@ def reductions(runs: list[tuple[str, str, dict[str, Any]]]) -> tuple[list[str], 
     return head, rows
 
 
+def decisions(
+    store: RunStore, runs: list[tuple[str, str, dict[str, Any]]]
+) -> tuple[list[str], list[list[str]]]:
+    """Every mode decision of the runtime, in time order per policy (blocked ones too)."""
+    head = ["policy", "t s", "function", "mode", "applied", "p95 ms", "rate rps", "reason"]
+    rows: list[list[str]] = []
+    for policy, rid, _s in runs:
+        found = store._db.execute(
+            "SELECT node, value, tags FROM metrics WHERE run_id=? AND name='mode_decision'",
+            (rid,),
+        ).fetchall()
+        for fn, value, tags in sorted(found, key=lambda r: json.loads(r[2])["t_s"]):
+            t = json.loads(tags)
+            rows.append(
+                [
+                    policy,
+                    _f(t["t_s"]),
+                    fn,
+                    f"{t['old']} -> {t['new']}",
+                    "yes" if value == 1.0 else "no",
+                    _f(t.get("p95_ms")),
+                    _f(t.get("rate_rps"), 2),
+                    t["reason"],
+                ]  # fmt: skip
+            )
+    return head, rows
+
+
 def plots(store: RunStore, runs: list[tuple[str, str, dict[str, Any]]], out: Path) -> list[str]:
     import matplotlib
 
@@ -144,6 +172,7 @@ def write_functions_report(store: RunStore, sweep_id: str, out: Path) -> tuple[P
     out.mkdir(parents=True, exist_ok=True)
     head, rows = table(runs)
     rhead, rrows = reductions(runs)
+    dhead, drows = decisions(store, runs)
     pngs = plots(store, runs, out)
     timing = sorted({s.get("gpu_timing") or "no GPU used" for _p, _r, s in runs})
     idle = [
@@ -160,5 +189,6 @@ def write_functions_report(store: RunStore, sweep_id: str, out: Path) -> tuple[P
     sections = [
         (None, head, rows),
         ("Latency reduction vs static-cpu (accelerable functions)", rhead, rrows),
+        ("Mode changes over time (the dynamic runtime's decisions)", dhead, drows),
     ]
     return write_pages(out, f"Functions report: {sweep_id}", note, sections, pngs)

@@ -156,3 +156,23 @@ def test_bad_arguments_name_the_field() -> None:
         make_arrivals("bursty", rate_rps=1.0, duration_s=10.0, seed=0, burst_factor=0.0)
     with pytest.raises(ValueError, match="time_scale"):
         load_trace(TIMESTAMPS, time_scale=0.0)
+
+
+def test_phases_follow_each_phase_rate_and_stop_after_the_last() -> None:
+    steps = [(20.0, 2.0), (20.0, 20.0), (10.0, 0.0), (10.0, 5.0)]
+    t = make_arrivals("phases", rate_rps=1.0, duration_s=100.0, seed=4, steps=steps)
+    assert np.all(np.diff(t) >= 0) and t[-1] < 60.0
+    counts = np.histogram(t, bins=[0, 20, 40, 50, 60])[0]
+    assert 20 <= counts[0] <= 65 and 320 <= counts[1] <= 480
+    assert counts[2] == 0 and 25 <= counts[3] <= 80
+    same = make_arrivals("phases", rate_rps=1.0, duration_s=100.0, seed=4, steps=steps)
+    assert np.array_equal(t, same)
+    cut = make_arrivals("phases", rate_rps=1.0, duration_s=30.0, seed=4, steps=steps)
+    assert cut[-1] < 30.0
+
+
+def test_phases_reject_bad_input_naming_the_field() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        make_arrivals("phases", rate_rps=1.0, duration_s=10.0, seed=0)
+    with pytest.raises(ValueError, match=r"phases\.1\.rate_rps"):
+        make_arrivals("phases", rate_rps=1.0, duration_s=10.0, seed=0, steps=[(1, 1), (1, -1)])

@@ -29,7 +29,7 @@ IDLE = Cost(wall_s=0.020, cpu_s=0.0, request_bytes=50, response_bytes=30)
 
 
 def test_registry_has_the_four_policies_and_rejects_unknown_names() -> None:
-    assert {"static-cpu", "static-gpu", "gaia", "gaia-link"} <= set(POLICIES)
+    assert {"static-cpu", "static-gpu", "gaia", "link-aware", "gaia-link"} <= set(POLICIES)
     with pytest.raises(ValueError, match="workload.functions.policy: unknown policy 'nope'"):
         place("nope", [], sites(), GFLOPS)
 
@@ -54,27 +54,52 @@ def test_static_gpu_gives_even_the_idle_function_a_gpu_and_counts_slots() -> Non
     assert out["f6"].backend == "cpu" and "no GPU slot" in out["f6"].reason
 
 
-def test_gaia_follows_the_mode_and_ignores_links() -> None:
+def test_gaia_follows_the_mode_and_leaves_the_node_to_the_scheduler_model() -> None:
     jobs = [
         Job("pref", "cpu_preferred", 100, HEAVY, 3.0),
         Job("gpu", "gpu_preferred", 100, HEAVY, 3.0),
         Job("idle", "cpu", 100, IDLE, 3.0),
     ]
     out = place("gaia", jobs, sites(), GFLOPS)
+    # least allocated after a 1-core request: cloud 31/32 beats fog 15/16 and edge 5/6
     assert out["pref"].node == "cloud" and out["pref"].backend == "cpu" and out["pref"].dynamic
-    assert out["gpu"].node == "cloud" and out["gpu"].backend == "gpu" and out["gpu"].dynamic
-    assert out["idle"].backend == "cpu" and not out["idle"].dynamic  # cpu mode never moves
-    assert out["idle"].node == "cloud"  # fastest CPU, 60 ms away: links are not weighed
+    # cloud 30/32 ties fog 15/16: the first in fleet order (fog) wins; it starts on the GPU
+    assert out["gpu"].node == "fog" and out["gpu"].backend == "gpu" and out["gpu"].dynamic
+    # cloud 30/32 = 0.94 > fog 14/16, sat 3/4, edge 5/6: links and CPU speed not weighed
+    assert out["idle"].node == "cloud" and out["idle"].backend == "cpu"
+    assert not out["idle"].dynamic  # cpu mode never moves
     assert out["pref"].observe == "server"
+    assert "Kubernetes scheduler model" in out["idle"].reason
 
 
-def test_gaia_link_weighs_the_link_and_keeps_idle_off_gpus() -> None:
+def test_gaia_puts_cpu_preferred_only_where_a_promotion_can_happen() -> None:
+    only_sat = [s for s in sites() if s.name in ("sat", "edge")]
+    only_sat[0].cores_requested = 5  # the edge is full: the satellite scores higher
+    out = place("gaia", [Job("p", "cpu_preferred", 100, LIGHT), Job("c", "cpu", 100, LIGHT)],
+                only_sat, GFLOPS)  # fmt: skip
+    assert out["p"].node == "edge"  # no GPU on the satellite: its promotion could not happen
+    assert out["c"].node == "sat"
+
+
+def test_gaia_falls_back_to_cpu_when_no_gpu_slot_fits() -> None:
+    jobs = [Job(f"g{i}", "gpu", 100, LIGHT, 1.0) for i in range(7)]
+    out = place("gaia", jobs, sites(), GFLOPS)
+    assert sum(p.backend == "gpu" for p in out.values()) == 6
+    assert out["g6"].backend == "cpu" and "Pending in Kubernetes" in out["g6"].reason
+
+
+def test_link_aware_is_ours_and_gaia_link_is_its_old_name() -> None:
+    jobs = [Job("heavy", "cpu_preferred", 100, HEAVY, 3.0), Job("idle", "cpu", 100, IDLE, 3.0)]
+    assert place("gaia-link", jobs, sites(), GFLOPS) == place("link-aware", jobs, sites(), GFLOPS)
+
+
+def test_link_aware_weighs_the_link_and_keeps_idle_off_gpus() -> None:
     jobs = [
         Job("heavy", "cpu_preferred", 100, HEAVY, 3.0),
         Job("idle", "cpu", 100, IDLE, 3.0),
         Job("g", "gpu", 100, LIGHT, 3.0),
     ]
-    out = place("gaia-link", jobs, sites(), GFLOPS)
+    out = place("link-aware", jobs, sites(), GFLOPS)
     # heavy: its CPU p95 estimate misses 100 ms everywhere; the fog T4 is nearest with a GPU
     assert out["heavy"].node == "fog" and out["heavy"].backend == "cpu"
     assert out["idle"].node == "edge" and out["idle"].backend == "cpu"
@@ -82,8 +107,8 @@ def test_gaia_link_weighs_the_link_and_keeps_idle_off_gpus() -> None:
     assert out["heavy"].observe == "e2e"
 
 
-def test_gaia_link_keeps_a_function_on_a_near_cpu_when_it_meets_the_slo() -> None:
-    out = place("gaia-link", [Job("light", "cpu_preferred", 50, LIGHT, 2.0)], sites(), GFLOPS)
+def test_link_aware_keeps_a_function_on_a_near_cpu_when_it_meets_the_slo() -> None:
+    out = place("link-aware", [Job("light", "cpu_preferred", 50, LIGHT, 2.0)], sites(), GFLOPS)
     assert out["light"].node == "edge" and out["light"].backend == "cpu"
 
 
@@ -97,13 +122,13 @@ def test_estimates_include_queueing_and_saturation() -> None:
 
 
 def test_a_pinned_function_stays_on_its_node() -> None:
-    out = place("gaia-link", [Job("p", "gpu", 100, HEAVY, 1.0, pinned="cloud")], sites(), GFLOPS)
+    out = place("link-aware", [Job("p", "gpu", 100, HEAVY, 1.0, pinned="cloud")], sites(), GFLOPS)
     assert out["p"].node == "cloud" and out["p"].backend == "gpu"
 
 
-def test_gaia_link_does_not_place_two_functions_for_the_same_gpu_slot() -> None:
+def test_link_aware_does_not_place_two_functions_for_the_same_gpu_slot() -> None:
     jobs = [Job(f"h{i}", "cpu_preferred", 30, LIGHT, 200.0) for i in range(3)]
-    out = place("gaia-link", jobs, sites(), GFLOPS)
+    out = place("link-aware", jobs, sites(), GFLOPS)
     # 3.6 ms x 200/s on the Orin's CPU misses 30 ms at p95: h0 is placed for the Orin's
     # only GPU slot; the others must not count on it (the fog CPU meets the SLO)
     assert [out[f"h{i}"].node for i in range(3)] == ["edge", "fog", "fog"]

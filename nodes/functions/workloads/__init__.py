@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-BUILTIN = ("matmul", "cnn", "textgen", "idle")
+BUILTIN = ("matmul", "cnn", "textgen", "idle", "conv", "mlp")
 
 
 def module_path(name: str) -> Path:

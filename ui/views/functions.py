@@ -258,7 +258,7 @@ def decisions(df: pd.DataFrame) -> None:
     n_applied = int(table["applied"].sum())
     st.caption(
         f"{n_applied} applied, {len(table) - n_applied} blocked (no GPU slot free) · p95 is the"
-        " latency the runtime judged (server-side for `gaia`, end-to-end for `gaia-link`)"
+        " latency the runtime judged (server-side for `gaia`, end-to-end for `link-aware`)"
     )
     st.dataframe(table.drop(columns="applied"), hide_index=True)
 

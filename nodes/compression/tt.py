@@ -124,7 +124,9 @@ def tt_svd(
     max_rank : int, optional
         Cap on every TT rank.
     backend : str
-        SVD back-end, ``"lapack"`` or ``"two_phase"``.
+        SVD back-end, ``"lapack"``, ``"randomized"`` (sketched only when ``eps`` is None
+        and ``max_rank`` is small against the unfolding, see
+        :func:`nodes.compression.svd.svd_randomized`) or ``"two_phase"``.
     stats : SvdStats, optional
         Per-phase counters to update.
 
@@ -149,7 +151,8 @@ def tt_svd(
     rest = tensor
     for k in range(d - 1):
         mat = rest.reshape(rank * shape[k], -1)
-        u, s, vh = svd(mat, backend, stats)
+        # The rank is known in advance only when eps does not truncate (randomized SVD).
+        u, s, vh = svd(mat, backend, stats, None if delta is not None else max_rank)
         r = truncation_rank(s, delta, max_rank)
         cores.append(u[:, :r].reshape(rank, shape[k], r))
         rest = s[:r, None] * vh[:r]

@@ -35,6 +35,12 @@ def _jit(fn: F) -> F:
     return cast(F, numba.njit(cache=True)(fn))
 
 
+def _jit_fast(fn: F) -> F:
+    """As :func:`_jit` with ``fastmath`` (reassociation, SIMD): only for the bulk updates
+    of reflectors and rotations, never for the scalar recurrence that decides the sweeps."""
+    return cast(F, numba.njit(cache=True, fastmath=True)(fn))
+
+
 @_jit
 def _reflector(x: Array, v: Array) -> tuple[float, float]:
     """Householder reflector of ``x`` into ``v`` (LAPACK ``dlarfg``); (tau, beta)."""
@@ -54,7 +60,7 @@ def _reflector(x: Array, v: Array) -> tuple[float, float]:
     return (beta - alpha) / beta, beta
 
 
-@_jit
+@_jit_fast
 def _apply_left(block: Array, v: Array, tau: float) -> None:
     """``block <- (I - tau v v^T) block``."""
     rows, cols = block.shape
@@ -69,7 +75,7 @@ def _apply_left(block: Array, v: Array, tau: float) -> None:
             block[i, j] -= tv * tmp[j]
 
 
-@_jit
+@_jit_fast
 def _apply_right(block: Array, v: Array, tau: float) -> None:
     """``block <- block (I - tau v v^T)``."""
     rows, cols = block.shape
@@ -83,28 +89,30 @@ def _apply_right(block: Array, v: Array, tau: float) -> None:
 
 
 @_jit
-def _gebrd(w: Array, vl: Array, taul: Array, vr: Array, taur: Array,
+def _gebrd(wt: Array, vl: Array, taul: Array, vr: Array, taur: Array,
            d: Array, e: Array) -> tuple[int, int]:
-    """Bidiagonalize ``w`` (m, n), m >= n, in place; reflectors into vl/vr. (flops, bytes)."""
-    m, n = w.shape
+    """Bidiagonalize ``w`` (m, n), m >= n, given as ``wt = w^T`` (n, m) and overwritten
+    (so every update runs along contiguous rows of length ~m); reflectors into vl/vr.
+    Returns (flops, bytes)."""
+    n, m = wt.shape
     flops = 0
     nbytes = 0
     for k in range(n):
         rows = m - k
-        taul[k], d[k] = _reflector(w[k:, k].copy(), vl[k:, k])
+        taul[k], d[k] = _reflector(wt[k, k:], vl[k:, k])
         flops += 3 * rows
         nbytes += 2 * rows * ITEM
         cols = n - k - 1
         if cols > 0 and taul[k] != 0.0:
-            _apply_left(w[k:, k + 1:], vl[k:, k].copy(), taul[k])
+            _apply_right(wt[k + 1:, k:], vl[k:, k].copy(), taul[k])  # H_k w[k:, k+1:]
             flops += 4 * rows * cols
             nbytes += (2 * rows * cols + rows + cols) * ITEM
         if cols > 0:
-            taur[k], e[k] = _reflector(w[k, k + 1:].copy(), vr[k, k + 1:])
+            taur[k], e[k] = _reflector(wt[k + 1:, k].copy(), vr[k, k + 1:])
             flops += 3 * cols
             nbytes += 2 * cols * ITEM
             if k + 1 < m and taur[k] != 0.0:
-                _apply_right(w[k + 1:, k + 1:], vr[k, k + 1:].copy(), taur[k])
+                _apply_left(wt[k + 1:, k + 1:], vr[k, k + 1:].copy(), taur[k])  # w G_k
                 flops += 4 * (m - k - 1) * cols
                 nbytes += (2 * (m - k - 1) * cols + (m - k - 1) + cols) * ITEM
     return flops, nbytes
@@ -161,7 +169,7 @@ def _las2(f: float, g: float, h: float) -> float:
     return 2.0 * (fhmn * c) * au
 
 
-@_jit
+@_jit_fast
 def _rot(mat: Array, i: int, c: float, s: float) -> None:
     """Rows i, i+1 of ``mat`` <- (c r_i + s r_{i+1}, c r_{i+1} - s r_i)."""
     for j in range(mat.shape[1]):
@@ -354,8 +362,8 @@ def gebrd(a: Array) -> Reflectors:
     if m < n:
         raise ValueError(f"gebrd needs m >= n, got shape {a.shape}; transpose first")
     out = Reflectors(m, n)
-    w = np.array(a, dtype=np.float64, order="C")
-    out.flops, out.bytes = _gebrd(w, out.vl, out.taul, out.vr, out.taur, out.d, out.e)
+    wt = np.array(a.T, dtype=np.float64, order="C")
+    out.flops, out.bytes = _gebrd(wt, out.vl, out.taul, out.vr, out.taur, out.d, out.e)
     return out
 
 

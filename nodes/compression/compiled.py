@@ -185,7 +185,7 @@ def _threshold(d: Array, e: Array, maxit: int) -> float:
     n = d.shape[0]
     if n <= 1:
         return 0.0
-    sminoa = abs(d[0])
+    sminoa = float(abs(d[0]))
     mu = sminoa
     for i in range(1, n):
         if sminoa == 0.0:
@@ -215,7 +215,7 @@ def _relative_min(d: Array, e: Array, lo: int, hi: int) -> float:
     if abs(e[hi - 1]) <= TOL * abs(d[hi]):
         e[hi - 1] = 0.0
         return -1.0
-    mu = abs(d[lo])
+    mu = float(abs(d[lo]))
     sminl = mu
     for i in range(lo, hi):
         if abs(e[i]) <= TOL * mu:

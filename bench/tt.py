@@ -1,6 +1,7 @@
 """TT-Edge benchmarks (issue 5): prints ratios measured in one run, plus the MODELLED engine.
 
-1. Our TT-SVD (torch; exact ``lapack`` and ``randomized`` back-ends) vs TensorLy
+1. Our TT-SVD (torch; exact ``lapack`` per tensor, exact with equal shapes batched
+   (``tt_svd_many``), and ``randomized`` batched) vs TensorLy
    ``tensor_train`` (numpy back-end, and the pytorch back-end as a second reference) on
    the same 32 ResNet-32 weights (conv as (Cin, kh, kw, Cout), fc as TT-matrix), same
    max ranks 4/8/16: whole-model time ratio (median of interleaved repeats) and
@@ -53,7 +54,7 @@ from nodes.compression.resnet import resnet32  # noqa: E402
 from nodes.compression.svd import SvdStats  # noqa: E402
 from nodes.compression.tensorize import plan_for  # noqa: E402
 from nodes.compression.train import DigitsCNN, accuracy, train_steps  # noqa: E402
-from nodes.compression.tt import relative_error, tt_svd  # noqa: E402
+from nodes.compression.tt import relative_error, tt_svd, tt_svd_many  # noqa: E402
 
 RANKS = (4, 8, 16)
 
@@ -100,8 +101,9 @@ def model_error(refs: list[torch.Tensor], approx: list[torch.Tensor]) -> tuple[f
     return (num / den) ** 0.5, worst
 
 
-# our exact TT-SVD; ours with the randomized SVD; TensorLy on numpy; on pytorch
-METHODS = ("ours", "ours_rand", "tl_numpy", "tl_torch")
+# our exact TT-SVD per tensor; exact, equal shapes batched; randomized SVD, batched;
+# TensorLy on numpy; on pytorch
+METHODS = ("ours", "ours_batched", "ours_rand", "tl_numpy", "tl_torch")
 
 
 def _decompose(
@@ -113,8 +115,10 @@ def _decompose(
 
     if method == "ours":
         return [tt_svd(t, None, r) for t in tensors]
+    if method == "ours_batched":
+        return tt_svd_many(tensors, r, "lapack")
     if method == "ours_rand":
-        return [tt_svd(t, None, r, "randomized") for t in tensors]
+        return tt_svd_many(tensors, r, "randomized")
     if method == "tl_numpy":
         tl.set_backend("numpy")
         return [tensor_train(a, r) for a in arrays]
@@ -131,7 +135,7 @@ def _reconstruct(
     """The whole model decomposed with ``method`` and multiplied back to full tensors."""
     import tensorly as tl
 
-    if method in ("ours", "ours_rand"):
+    if method in ("ours", "ours_batched", "ours_rand"):
         return [tt.full() for tt in _decompose(method, tensors, arrays, r)]
     tts = _decompose(method, tensors, arrays, r)
     if method == "tl_numpy":
@@ -185,6 +189,8 @@ def _tensorly_row(
     return {
         "max_rank": r, "ours_s": med["ours"], "tensorly_numpy_s": med["tl_numpy"],
         "tensorly_torch_s": med["tl_torch"], "ours_rand_s": med["ours_rand"],
+        "ours_batched_s": med["ours_batched"],
+        "batched_ratio_vs_tensorly_numpy": med["ours_batched"] / med["tl_numpy"],
         "ratio_vs_tensorly_numpy": med["ours"] / med["tl_numpy"],
         "rand_ratio_vs_tensorly_numpy": med["ours_rand"] / med["tl_numpy"],
         "rand_cpu_ratio_vs_tensorly_numpy": cpu_med["ours_rand"] / cpu_med["tl_numpy"],
@@ -193,6 +199,7 @@ def _tensorly_row(
         "cpu_ratio_vs_tensorly_numpy": cpu_med["ours"] / cpu_med["tl_numpy"],
         "cpu_ratio_vs_tensorly_torch": cpu_med["ours"] / cpu_med["tl_torch"],
         "ours_err": err["ours"][0], "ours_rand_err": err["ours_rand"][0],
+        "ours_batched_err": err["ours_batched"][0],
         "tensorly_numpy_err": err["tl_numpy"][0],
         "tensorly_torch_err": err["tl_torch"][0],
         "ours_max_layer_err": err["ours"][1], "tensorly_max_layer_err": err["tl_numpy"][1],
@@ -383,12 +390,13 @@ def _tensorly_section(result: dict, models: dict[str, nn.Module], repeats: int) 
         result[f"tensorly_{label}"] = rows
         print(f"\n## Ours vs TensorLy tensor_train, ResNet-32 {label} weights "
               f"(median of {repeats})")
-        print(md_table(rows, ["max_rank", "ours_s", "ours_rand_s", "tensorly_numpy_s",
-                              "tensorly_torch_s", "ratio_vs_tensorly_numpy",
-                              "rand_ratio_vs_tensorly_numpy", "rand_cpu_ratio_vs_tensorly_numpy",
+        print(md_table(rows, ["max_rank", "ours_s", "ours_batched_s", "ours_rand_s",
+                              "tensorly_numpy_s", "tensorly_torch_s", "ratio_vs_tensorly_numpy",
+                              "batched_ratio_vs_tensorly_numpy", "rand_ratio_vs_tensorly_numpy",
+                              "rand_cpu_ratio_vs_tensorly_numpy",
                               "cpu_ratio_vs_tensorly_numpy", "ratio_vs_tensorly_torch",
-                              "ours_err", "ours_rand_err", "tensorly_numpy_err",
-                              "tensorly_torch_err"]))
+                              "ours_err", "ours_batched_err", "ours_rand_err",
+                              "tensorly_numpy_err", "tensorly_torch_err"]))
     rows = randomized_crossover(weight_tensors(models["trained"]), repeats)
     result["randomized_crossover"] = rows
     print("\n## Randomized (HMT, p=8, q=2) vs exact SVD per unfolding (min of "
@@ -420,12 +428,13 @@ def _two_phase_section(result: dict, trained: nn.Module, repeats: int) -> None:
 
 def _summary(result: dict) -> None:
     """The two headline ratios of this run."""
-    rand = [(r["max_rank"], r["rand_ratio_vs_tensorly_numpy"], r["ours_rand_err"],
-             r["tensorly_numpy_err"]) for r in result["tensorly_trained"]]
     print("\n## Summary (this run)")
-    for r, ratio, e_ours, e_tl in rand:
-        print(f"TT-SVD randomized / TensorLy numpy, trained, rank {r}: {ratio:.2f}x time, "
-              f"error {e_ours:.4f} vs {e_tl:.4f}")
+    for row in result["tensorly_trained"]:
+        print(f"TT-SVD / TensorLy numpy, trained, rank {row['max_rank']}: randomized+batched "
+              f"{row['rand_ratio_vs_tensorly_numpy']:.2f}x time (error "
+              f"{row['ours_rand_err']:.4f}), exact batched "
+              f"{row['batched_ratio_vs_tensorly_numpy']:.2f}x (error "
+              f"{row['ours_batched_err']:.4f}); TensorLy error {row['tensorly_numpy_err']:.4f}")
     two = [r["ratio_two_phase_over_lapack"] for r in result["backends"]]
     print(f"two_phase / lapack per layer shape: {min(two):.2f}-{max(two):.2f}x")
 

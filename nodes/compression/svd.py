@@ -130,7 +130,7 @@ def svd_lapack(
     Parameters
     ----------
     a : torch.Tensor
-        Shape (m, n), floating.
+        Shape (m, n) or a batch (..., m, n), floating.
     stats : SvdStats, optional
         Receives the wall time under phase ``lapack``.
     rank : int, optional
@@ -146,7 +146,7 @@ def svd_lapack(
     if stats is not None:
         stats.phases["lapack"].add(time.perf_counter() - t0)
         stats.calls += 1
-        stats.shapes.append((int(a.shape[0]), int(a.shape[1])))
+        stats.shapes.append((int(a.shape[-2]), int(a.shape[-1])))
     return u, s, vh
 
 
@@ -164,7 +164,8 @@ def svd_randomized(
     Parameters
     ----------
     a : torch.Tensor
-        Shape (m, n), floating.
+        Shape (m, n) or a batch (..., m, n), floating (a batch shares the test matrix;
+        give ``stats`` only for a single matrix).
     stats : SvdStats, optional
         Receives the wall time under phase ``randomized`` (or ``lapack`` on fallback).
     rank : int, optional
@@ -176,7 +177,7 @@ def svd_randomized(
         Shapes (m, l), (l,), (l, n) with ``l = r + OVERSAMPLE`` (sketched) or
         ``min(m, n)`` (exact); ``s`` descending.
     """
-    m, n = int(a.shape[0]), int(a.shape[1])
+    m, n = int(a.shape[-2]), int(a.shape[-1])
     if not randomized_applies((m, n), rank):
         return svd_lapack(a, stats)
     assert rank is not None
@@ -185,9 +186,9 @@ def svd_randomized(
     omega = torch.randn(n, rank + OVERSAMPLE, generator=gen, dtype=a.dtype)
     q, _ = torch.linalg.qr(a @ omega)
     for _ in range(POWER_ITERS):
-        z, _ = torch.linalg.qr(a.T @ q)
+        z, _ = torch.linalg.qr(a.mT @ q)
         q, _ = torch.linalg.qr(a @ z)
-    ub, s, vh = torch.linalg.svd(q.T @ a, full_matrices=False)
+    ub, s, vh = torch.linalg.svd(q.mT @ a, full_matrices=False)
     u = q @ ub
     if stats is not None:
         stats.phases["randomized"].add(time.perf_counter() - t0)

@@ -10,7 +10,7 @@ from nodes.compression.bdsqr import bdsqr as bdsqr_reference
 from nodes.compression.bidiag import gebrd as gebrd_reference
 from nodes.compression.bidiag import orgbr as orgbr_reference
 from nodes.compression.svd import SvdStats, svd
-from nodes.compression.tt import relative_error, tt_svd
+from nodes.compression.tt import relative_error, tt_svd, tt_svd_many
 
 SHAPES = [(1, 1), (5, 1), (6, 4), (33, 33), (64, 576), (300, 40), (27, 16)]
 
@@ -96,3 +96,16 @@ def test_tt_svd_randomized_ranks_and_error():
     assert e_exact <= relative_error(t, rand.full()) <= 1.03 * e_exact
     # with eps the rank is not known in advance: exact SVDs, identical result
     assert torch.equal(tt_svd(t, 0.5, None, "randomized").full(), tt_svd(t, 0.5).full())
+
+
+@pytest.mark.parametrize("backend", ["lapack", "randomized"])
+def test_tt_svd_many_equals_one_by_one(backend):
+    torch.manual_seed(2)
+    tensors = [torch.randn(32, 3, 3, 32), torch.randn(10, 8, 6), torch.randn(32, 3, 3, 32)]
+    many = tt_svd_many(tensors, 6, backend)
+    for t, tt in zip(tensors, many, strict=True):
+        one = tt_svd(t, None, 6, backend)
+        assert tt.ranks == one.ranks
+        assert torch.allclose(tt.full(), one.full(), atol=1e-4 * float(t.abs().max()))
+    with pytest.raises(ValueError, match="backend"):
+        tt_svd_many(tensors, 6, "two_phase")

@@ -89,7 +89,8 @@ def mstd(xs: list[float], scale: float = 1.0, fmt: str = "{:.3f}") -> str:
     m = statistics.fmean(xs) * scale
     if len(xs) < 2:
         return fmt.format(m) + " (n=1)"
-    return f"{fmt.format(m)} ± {fmt.format(statistics.stdev(xs) * scale)}"
+    std = fmt.replace("+", "").format(statistics.stdev(xs) * scale)
+    return f"{fmt.format(m)} ± {std}"
 
 
 def summary_rows(runs: dict[str, dict[int, dict[str, Any]]]) -> list[dict[str, Any]]:

@@ -51,8 +51,9 @@ def baseline_of(name: str) -> str:
     return "float16 baseline (no TT)" if name.endswith("float16") else "float32 baseline (none)"
 
 
-def one_run(store: RunStore, run_id: str, artifact_dir: str) -> dict[str, Any]:
-    """Config, seed, accuracy per round, payload and wire bytes of one run."""
+def one_run(store: RunStore, run_id: str, artifact_dir: str, seed: int) -> dict[str, Any]:
+    """Config, seed (the run's: a repetition's differs from its spec's), accuracy per
+    round, payload and wire bytes of one run."""
     spec = yaml.safe_load((Path(artifact_dir) / "spec.resolved.yaml").read_text())
     acc: dict[int, float] = {}
     payload = 0.0
@@ -67,7 +68,7 @@ def one_run(store: RunStore, run_id: str, artifact_dir: str) -> dict[str, Any]:
         elif m.name == "link_bytes_up":
             wire += m.value
     return {"run_id": run_id, "config": label(spec["workload"]["fl"].get("uplink", {})),
-            "seed": spec["seed"], "acc": acc, "payload": payload, "wire": wire}
+            "seed": seed, "acc": acc, "payload": payload, "wire": wire}
 
 
 def collect(stores: list[str]) -> dict[str, dict[int, dict[str, Any]]]:
@@ -77,7 +78,9 @@ def collect(stores: list[str]) -> dict[str, dict[int, dict[str, Any]]]:
         store = RunStore(root)
         for r in sorted(store.runs(), key=lambda r: r.created_at):
             if r.status == "completed" and r.artifact_dir:
-                run = one_run(store, r.run_id, r.artifact_dir)
+                seed = r.seed if r.seed is not None else int(yaml.safe_load(
+                    (Path(r.artifact_dir) / "spec.resolved.yaml").read_text())["seed"])
+                run = one_run(store, r.run_id, r.artifact_dir, seed)
                 out[run["config"]][run["seed"]] = run
     return out
 

@@ -1,11 +1,15 @@
 """TT-Edge benchmarks (issue 5): prints ratios measured in one run, plus the MODELLED engine.
 
-1. Our TT-SVD (torch, lapack back-end) vs TensorLy ``tensor_train`` (numpy back-end, and
-   the pytorch back-end as a second reference) on the same 32 ResNet-32 weights
-   (conv as (Cin, kh, kw, Cout), fc as TT-matrix), same max ranks 4/8/16: whole-model
-   time ratio (median of interleaved repeats) and reconstruction error.
-2. two_phase vs lapack SVD back-end inside TT-SVD, per layer size, with the two_phase
-   time split by phase (gebrd / orgbr / bdsqr).
+1. Our TT-SVD (torch; exact ``lapack`` per tensor, exact with equal shapes batched
+   (``tt_svd_many``), and ``randomized`` batched) vs TensorLy
+   ``tensor_train`` (numpy back-end, and the pytorch back-end as a second reference) on
+   the same 32 ResNet-32 weights (conv as (Cin, kh, kw, Cout), fc as TT-matrix), same
+   max ranks 4/8/16: whole-model time ratio (median of interleaved repeats) and
+   reconstruction error of each; then randomized vs exact SVD per unfolding shape and
+   rank (where the crossover is).
+2. two_phase (compiled, numba) and its torch reference vs lapack inside TT-SVD, per layer
+   size, with the two_phase time split by phase (gebrd / orgbr / bdsqr), and the
+   whole-model phase counters of the compiled version vs the reference.
 3. MODELLED GEMM-only vs engine time/energy for compressing ResNet-32, from FLOPs per
    phase counted by two_phase; the paper's 1.7x / 40.2 % shown as reference only.
 4. FL uplink codec on the digits CNN: bytes, error, encode/decode time and accuracy of the
@@ -14,7 +18,8 @@
 Weights: ResNet-32 trained ``--train-steps`` on sklearn digits upsampled to 3x32x32
 (not CIFAR-10: none is downloaded), and its random (Kaiming) init for comparison.
 
-Run: ``nice -n 15 .venv/bin/python bench/tt.py [--repeats 15] [--train-steps 150]``.
+Run: ``nice -n 15 .venv/bin/python bench/tt.py [--repeats 15] [--train-steps 150]
+[--no-codec]``; the summary at the end prints both headline ratios of the run.
 Timings are wall clock (and, for the TensorLy comparison, process CPU time too, which a
 shared machine's load disturbs less) with 1 torch/BLAS thread; the load average is
 printed beside them. Compare ratios from one run, not absolute seconds across runs.
@@ -27,6 +32,7 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Callable
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -48,7 +54,7 @@ from nodes.compression.resnet import resnet32  # noqa: E402
 from nodes.compression.svd import SvdStats  # noqa: E402
 from nodes.compression.tensorize import plan_for  # noqa: E402
 from nodes.compression.train import DigitsCNN, accuracy, train_steps  # noqa: E402
-from nodes.compression.tt import tt_svd  # noqa: E402
+from nodes.compression.tt import relative_error, tt_svd, tt_svd_many  # noqa: E402
 
 RANKS = (4, 8, 16)
 
@@ -95,7 +101,9 @@ def model_error(refs: list[torch.Tensor], approx: list[torch.Tensor]) -> tuple[f
     return (num / den) ** 0.5, worst
 
 
-METHODS = ("ours", "tl_numpy", "tl_torch")  # our TT-SVD; TensorLy on numpy; on pytorch
+# our exact TT-SVD per tensor; exact, equal shapes batched; randomized SVD, batched;
+# TensorLy on numpy; on pytorch
+METHODS = ("ours", "ours_batched", "ours_rand", "tl_numpy", "tl_torch")
 
 
 def _decompose(
@@ -107,6 +115,10 @@ def _decompose(
 
     if method == "ours":
         return [tt_svd(t, None, r) for t in tensors]
+    if method == "ours_batched":
+        return tt_svd_many(tensors, r, "lapack")
+    if method == "ours_rand":
+        return tt_svd_many(tensors, r, "randomized")
     if method == "tl_numpy":
         tl.set_backend("numpy")
         return [tensor_train(a, r) for a in arrays]
@@ -123,7 +135,7 @@ def _reconstruct(
     """The whole model decomposed with ``method`` and multiplied back to full tensors."""
     import tensorly as tl
 
-    if method == "ours":
+    if method in ("ours", "ours_batched", "ours_rand"):
         return [tt.full() for tt in _decompose(method, tensors, arrays, r)]
     tts = _decompose(method, tensors, arrays, r)
     if method == "tl_numpy":
@@ -176,54 +188,127 @@ def _tensorly_row(
     cpu_med = {k: statistics.median(v) for k, v in cpu.items()}
     return {
         "max_rank": r, "ours_s": med["ours"], "tensorly_numpy_s": med["tl_numpy"],
-        "tensorly_torch_s": med["tl_torch"],
+        "tensorly_torch_s": med["tl_torch"], "ours_rand_s": med["ours_rand"],
+        "ours_batched_s": med["ours_batched"],
+        "batched_ratio_vs_tensorly_numpy": med["ours_batched"] / med["tl_numpy"],
         "ratio_vs_tensorly_numpy": med["ours"] / med["tl_numpy"],
+        "rand_ratio_vs_tensorly_numpy": med["ours_rand"] / med["tl_numpy"],
+        "rand_cpu_ratio_vs_tensorly_numpy": cpu_med["ours_rand"] / cpu_med["tl_numpy"],
         "ratio_vs_tensorly_torch": med["ours"] / med["tl_torch"],
         "ratio_vs_tensorly_numpy_min": best["ours"] / best["tl_numpy"],
         "cpu_ratio_vs_tensorly_numpy": cpu_med["ours"] / cpu_med["tl_numpy"],
         "cpu_ratio_vs_tensorly_torch": cpu_med["ours"] / cpu_med["tl_torch"],
-        "ours_err": err["ours"][0], "tensorly_numpy_err": err["tl_numpy"][0],
+        "ours_err": err["ours"][0], "ours_rand_err": err["ours_rand"][0],
+        "ours_batched_err": err["ours_batched"][0],
+        "tensorly_numpy_err": err["tl_numpy"][0],
         "tensorly_torch_err": err["tl_torch"][0],
         "ours_max_layer_err": err["ours"][1], "tensorly_max_layer_err": err["tl_numpy"][1],
     }
 
 
-def backends_per_size(model: nn.Module, rank: int, repeats: int) -> list[dict]:
-    """two_phase vs lapack TT-SVD time per distinct layer shape, phases of two_phase."""
+def _min_times(fns: list[Callable[[], object]], repeats: int) -> list[tuple[float, float]]:
+    """(min wall s, min process CPU s) of each of ``fns`` over ``repeats`` interleaved rounds
+    (so load changes hit all alike)."""
+    walls: list[list[float]] = [[] for _ in fns]
+    cpus: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            t0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            walls[i].append(time.perf_counter() - t0)
+            cpus[i].append(time.process_time() - c0)
+    return [(min(w), min(c)) for w, c in zip(walls, cpus, strict=True)]
+
+
+def _layer_tensors(model: nn.Module) -> dict[tuple[int, ...], torch.Tensor]:
+    """One TT-SVD input per distinct Conv2d/Linear weight shape."""
     seen: dict[tuple[int, ...], torch.Tensor] = {}
     for mod in model.modules():
         if isinstance(mod, nn.Conv2d | nn.Linear):
             w = mod.weight.detach().float()
             seen.setdefault(tuple(w.shape), plan_for(tuple(w.shape)).to_tensor(w).contiguous())
+    return seen
+
+
+def backends_per_size(model: nn.Module, rank: int, repeats: int) -> list[dict]:
+    """two_phase (compiled) and its torch reference vs lapack TT-SVD time per distinct
+    layer shape, with the compiled two_phase's phase shares."""
+    tt_svd(torch.randn(8, 3, 8), None, rank, "two_phase")  # numba: load/compile first
     rows = []
-    for shape, t in seen.items():
-        lap, two, lap_cpu, two_cpu = [], [], [], []
+    for shape, t in _layer_tensors(model).items():
         stats = SvdStats()  # accumulated over all repeats: phase shares from all of them
+        lap, two = _min_times([lambda t=t: tt_svd(t, None, rank, "lapack"),
+                               lambda t=t, st=stats: tt_svd(t, None, rank, "two_phase", st)],
+                              repeats)
+        ref = _min_times([lambda t=t: tt_svd(t, None, rank, "two_phase_reference")], 1)[0]
         last = SvdStats()
-        for _ in range(repeats):
-            t0, c0 = time.perf_counter(), time.process_time()
-            tt_svd(t, None, rank, "lapack")
-            lap.append(time.perf_counter() - t0)
-            lap_cpu.append(time.process_time() - c0)
-            last = SvdStats()
-            t0, c0 = time.perf_counter(), time.process_time()
-            tt_svd(t, None, rank, "two_phase", last)
-            two.append(time.perf_counter() - t0)
-            two_cpu.append(time.process_time() - c0)
-            for name, ph in last.phases.items():
-                stats.phases[name].add(ph.seconds, ph.flops, ph.bytes)
+        tt_svd(t, None, rank, "two_phase", last)
         total = sum(stats.phases[p].seconds for p in ("gebrd", "orgbr", "bdsqr"))
         rows.append({
             "weight_shape": list(shape), "tensor_shape": list(t.shape),
             "svd_shapes": [list(s) for s in last.shapes],
-            "lapack_s": min(lap), "two_phase_s": min(two),
-            "ratio_two_phase_over_lapack": min(two) / min(lap),
-            "cpu_ratio_two_phase_over_lapack": min(two_cpu) / min(lap_cpu),
+            "lapack_s": lap[0], "two_phase_s": two[0], "reference_s": ref[0],
+            "ratio_two_phase_over_lapack": two[0] / lap[0],
+            "cpu_ratio_two_phase_over_lapack": two[1] / lap[1],
+            "ratio_reference_over_lapack": ref[0] / lap[0],
             **{f"{p}_pct": 100 * stats.phases[p].seconds / total
                for p in ("gebrd", "orgbr", "bdsqr")},
             **{f"{p}_flops": last.phases[p].flops for p in ("gebrd", "orgbr", "bdsqr")},
             "bdsqr_sweeps": last.sweeps,
         })
+    return rows
+
+
+def counters_vs_reference(tensors: list[torch.Tensor], r: int) -> dict:
+    """Whole-model phase counters of the compiled two_phase vs its torch reference."""
+    out: dict = {"max_rank": r}
+    for backend in ("two_phase", "two_phase_reference"):
+        st = SvdStats()
+        for t in tensors:
+            tt_svd(t, None, r, backend, st)
+        for name in ("gebrd", "orgbr", "bdsqr"):
+            out[f"{backend}_{name}_flops"] = st.phases[name].flops
+        out[f"{backend}_sweeps"] = st.sweeps
+    out["bdsqr_flops_rel_diff"] = (out["two_phase_bdsqr_flops"]
+                                   / out["two_phase_reference_bdsqr_flops"] - 1.0)
+    return out
+
+
+CROSSOVER_SHAPES = ((64, 576), (48, 192), (32, 288), (48, 64), (16, 144))
+
+
+def randomized_crossover(tensors: list[torch.Tensor], repeats: int) -> list[dict]:
+    """Randomized (forced, whatever the rank) vs exact SVD per unfolding shape and rank:
+    time and relative error of the rank-r truncation, on unfoldings of trained weights."""
+    import nodes.compression.svd as svdmod
+
+    by_shape: dict[tuple[int, int], torch.Tensor] = {}
+    for t in tensors:
+        mat = t.reshape(t.shape[0], -1)
+        by_shape.setdefault((int(mat.shape[0]), int(mat.shape[1])), mat)
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    for shape in CROSSOVER_SHAPES:
+        a = by_shape.get(shape, torch.randn(*shape, generator=gen))
+        for r in RANKS:
+            if r + svdmod.OVERSAMPLE > min(shape):
+                continue
+            chosen = svdmod.randomized_applies(shape, r)
+            saved, svdmod.CROSSOVER = svdmod.CROSSOVER, 1.0
+            try:
+                rand, exact = _min_times([lambda a=a, r=r: svdmod.svd_randomized(a, None, r),
+                                          lambda a=a: svdmod.svd_lapack(a)], repeats)
+                ur, sr, vr = svdmod.svd_randomized(a, None, r)
+            finally:
+                svdmod.CROSSOVER = saved
+            ue, se, ve = svdmod.svd_lapack(a)
+            rows.append({
+                "shape": list(shape), "rank": r, "from_weights": shape in by_shape,
+                "exact_s": exact[0], "randomized_s": rand[0],
+                "time_ratio": rand[0] / exact[0], "used_by_randomized_backend": chosen,
+                "exact_err": float(relative_error(a, (ue[:, :r] * se[:r]) @ ve[:r])),
+                "randomized_err": float(relative_error(a, (ur[:, :r] * sr[:r]) @ vr[:r])),
+            })
     return rows
 
 
@@ -298,45 +383,98 @@ def md_table(rows: list[dict], cols: list[str], fmt: str = "{:.4g}") -> str:
     return "\n".join(out)
 
 
+def _tensorly_section(result: dict, models: dict[str, nn.Module], repeats: int) -> None:
+    """Section 1: ours (exact and randomized) vs TensorLy, per weights and rank."""
+    for label, model in models.items():
+        rows = vs_tensorly(weight_tensors(model), repeats)
+        result[f"tensorly_{label}"] = rows
+        print(f"\n## Ours vs TensorLy tensor_train, ResNet-32 {label} weights "
+              f"(median of {repeats})")
+        print(md_table(rows, ["max_rank", "ours_s", "ours_batched_s", "ours_rand_s",
+                              "tensorly_numpy_s", "tensorly_torch_s", "ratio_vs_tensorly_numpy",
+                              "batched_ratio_vs_tensorly_numpy", "rand_ratio_vs_tensorly_numpy",
+                              "rand_cpu_ratio_vs_tensorly_numpy",
+                              "cpu_ratio_vs_tensorly_numpy", "ratio_vs_tensorly_torch",
+                              "ours_err", "ours_batched_err", "ours_rand_err",
+                              "tensorly_numpy_err", "tensorly_torch_err"]))
+    rows = randomized_crossover(weight_tensors(models["trained"]), repeats)
+    result["randomized_crossover"] = rows
+    print("\n## Randomized (HMT, p=8, q=2) vs exact SVD per unfolding (min of "
+          f"{repeats}); used_by_randomized_backend = below the crossover")
+    print(md_table(rows, ["shape", "rank", "from_weights", "exact_s", "randomized_s",
+                          "time_ratio", "used_by_randomized_backend", "exact_err",
+                          "randomized_err"]))
+
+
+def _two_phase_section(result: dict, trained: nn.Module, repeats: int) -> None:
+    """Section 2: compiled two_phase and its reference vs lapack; counters vs reference."""
+    rows = backends_per_size(trained, 16, repeats)
+    result["backends"] = rows
+    print("\n## two_phase (compiled) vs lapack TT-SVD per layer shape (max rank 16, trained "
+          f"weights, min of {repeats}; torch reference: 1 run)")
+    print(md_table(rows, ["weight_shape", "lapack_s", "two_phase_s", "reference_s",
+                          "ratio_two_phase_over_lapack", "cpu_ratio_two_phase_over_lapack",
+                          "ratio_reference_over_lapack", "gebrd_pct", "orgbr_pct",
+                          "bdsqr_pct", "bdsqr_sweeps"]))
+    rows = [counters_vs_reference(weight_tensors(trained), r) for r in RANKS]
+    result["counters_vs_reference"] = rows
+    print("\n## Whole-model phase counters: compiled two_phase vs torch reference")
+    print(md_table(rows, ["max_rank", "two_phase_gebrd_flops", "two_phase_reference_gebrd_flops",
+                          "two_phase_orgbr_flops", "two_phase_reference_orgbr_flops",
+                          "two_phase_bdsqr_flops", "two_phase_reference_bdsqr_flops",
+                          "bdsqr_flops_rel_diff", "two_phase_sweeps",
+                          "two_phase_reference_sweeps"]))
+
+
+def _summary(result: dict) -> None:
+    """The two headline ratios of this run."""
+    print("\n## Summary (this run)")
+    for row in result["tensorly_trained"]:
+        print(f"TT-SVD / TensorLy numpy, trained, rank {row['max_rank']}: randomized+batched "
+              f"{row['rand_ratio_vs_tensorly_numpy']:.2f}x time (error "
+              f"{row['ours_rand_err']:.4f}), exact batched "
+              f"{row['batched_ratio_vs_tensorly_numpy']:.2f}x (error "
+              f"{row['ours_batched_err']:.4f}); TensorLy error {row['tensorly_numpy_err']:.4f}")
+    two = [r["ratio_two_phase_over_lapack"] for r in result["backends"]]
+    print(f"two_phase / lapack per layer shape: {min(two):.2f}-{max(two):.2f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--train-steps", type=int, default=150)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-codec", action="store_true", help="skip sections 3-4")
     ap.add_argument("--out", type=str, default=None, help="write all rows as JSON here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    t_train = time.perf_counter()
     trained, acc = digits_resnet(args.train_steps, args.seed)
-    t_train = time.perf_counter() - t_train
     torch.manual_seed(args.seed)
     rand = resnet32()
     print(f"# TT-Edge bench (measured here, torch {torch.__version__}, threads={args.threads})")
-    print(f"load average at start: {os.getloadavg()}")
-    print(f"ResNet-32 trained {args.train_steps} steps ({t_train:.0f} s) on digits upsampled "
-          f"to 3x32x32: test acc {acc:.3f}")
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; load average at start: "
+          f"{os.getloadavg()}")
+    print(f"ResNet-32 trained {args.train_steps} steps on digits upsampled to 3x32x32: "
+          f"test acc {acc:.3f}")
     result: dict = {"train_steps": args.train_steps, "digits_resnet_acc": acc,
                     "load_start": os.getloadavg()}
-    for label, model in (("trained", trained), ("random-init", rand)):
-        rows = vs_tensorly(weight_tensors(model), args.repeats)
-        result[f"tensorly_{label}"] = rows
-        print(f"\n## Ours vs TensorLy tensor_train, ResNet-32 {label} weights "
-              f"(median of {args.repeats})")
-        print(md_table(rows, ["max_rank", "ours_s", "tensorly_numpy_s", "tensorly_torch_s",
-                              "ratio_vs_tensorly_numpy", "ratio_vs_tensorly_torch",
-                              "ratio_vs_tensorly_numpy_min", "cpu_ratio_vs_tensorly_numpy",
-                              "cpu_ratio_vs_tensorly_torch",
-                              "ours_err", "tensorly_numpy_err", "tensorly_torch_err"]))
-    rows = backends_per_size(trained, 16, max(5, args.repeats // 3))
-    result["backends"] = rows
-    print("\n## two_phase vs lapack TT-SVD per layer shape (max rank 16, trained weights, "
-          f"min of {max(5, args.repeats // 3)})")
-    print(md_table(rows, ["weight_shape", "lapack_s", "two_phase_s",
-                          "ratio_two_phase_over_lapack", "cpu_ratio_two_phase_over_lapack",
-                          "gebrd_pct", "orgbr_pct", "bdsqr_pct",
-                          "bdsqr_sweeps"]))
+    _tensorly_section(result, {"trained": trained, "random-init": rand}, args.repeats)
+    _two_phase_section(result, trained, max(5, args.repeats // 3))
+    if not args.no_codec:
+        _model_and_codec_sections(result, trained, args.seed)
+    _summary(result)
+    print(f"\nbench wall time {time.perf_counter() - t0:.1f} s; "
+          f"load average at end: {os.getloadavg()}")
+    result["load_end"] = os.getloadavg()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=2, default=float)
+
+
+def _model_and_codec_sections(result: dict, trained: nn.Module, seed: int) -> None:
+    """Sections 3 (MODELLED engine) and 4 (FL uplink codec)."""
     rows = engine_model(weight_tensors(trained))
     result["engine_modelled"] = rows
     print("\n## MODELLED (not measured): GEMM-only vs TTD engine, ResNet-32 TT-SVD, "
@@ -345,18 +483,12 @@ def main() -> None:
                           "speedup_x", "energy_saving_pct",
                           "baseline_diag_gflops_for_paper_1.7x"]))
     print(f"Paper reference (not our result): {PAPER_REFERENCE}")
-    rows = codec_table(args.seed)
+    rows = codec_table(seed)
     result["codec"] = rows
     print("\n## FL uplink codec, digits CNN (measured)")
     print(md_table(rows, ["payload", "eps", "raw_bytes", "encoded_bytes", "ratio", "tensors_tt",
                           "max_rel_err", "encode_ms", "decode_ms", "acc_decoded",
                           "acc_uncompressed", "acc_without_update"]))
-    print(f"\nbench wall time {time.perf_counter() - t0:.1f} s; "
-          f"load average at end: {os.getloadavg()}")
-    result["load_end"] = os.getloadavg()
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=2, default=float)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,10 @@ zero-shift QR sweep when the shift would spoil the smallest singular value, and 
 shift from the trailing 2x2 block (``dlas2``). The sweep always chases the bulge from
 top to bottom (LAPACK's ``idir = 1``); LAPACK also chases bottom-up for graded matrices.
 
-The scalar recurrence runs on Python floats. The Givens rotations of one sweep act on the
-rows of the accumulated ``U^T`` / ``V^T`` (LAPACK ``dlasr``, forward, variable pivot).
+The scalar recurrence runs on Python floats: this module is the readable reference;
+:mod:`nodes.compression.compiled` runs the same iteration compiled (``two_phase``).
+The Givens rotations of one sweep act on the rows of the accumulated ``U^T`` / ``V^T``
+(LAPACK ``dlasr``, forward, variable pivot).
 Counted FLOPs and bytes are those of that rotation algorithm (a rotation on two rows of
 length L: ``6 L`` FLOPs, read and write both rows; each scalar step of the sweep: 20
 FLOPs), i.e. what a rotation unit would execute. For wall-time speed in Python, this

@@ -4,6 +4,12 @@ Back-ends (registered by name in :data:`BACKENDS`):
 
 - ``lapack``: ``torch.linalg.svd`` (LAPACK ``gesdd`` on CPU), in the input dtype. Only
   wall time is counted; its phases are internal to LAPACK.
+- ``randomized``: Halko-Martinsson-Tropp (2011, Alg. 4.4) randomized range finder with
+  oversampling ``OVERSAMPLE`` and ``POWER_ITERS`` subspace (power) iterations, then the
+  exact SVD of the small projected matrix, when the caller's target rank ``r`` satisfies
+  ``r + OVERSAMPLE <= CROSSOVER * min(m, n)``; otherwise (rank unknown or not small) the
+  exact ``lapack`` SVD. Returns only the leading ``r + OVERSAMPLE`` triplets; its error is
+  larger than the exact truncation's (measured in ``bench/tt.py``). Seeded, deterministic.
 - ``two_phase``: written here in torch, float64: Householder bidiagonalization
   (:func:`nodes.compression.bidiag.gebrd`), forming the orthogonal factors
   (:func:`~nodes.compression.bidiag.orgbr`), then implicit-shift QR with Givens rotations
@@ -20,12 +26,22 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from nodes.compression.bdsqr import bdsqr
 from nodes.compression.bidiag import gebrd, orgbr
 
-PHASES = ("gebrd", "orgbr", "bdsqr", "lapack")
+PHASES = ("gebrd", "orgbr", "bdsqr", "lapack", "randomized")
+OVERSAMPLE = 8
+"""Extra sketch columns of the randomized SVD (HMT's ``p``)."""
+POWER_ITERS = 2
+"""Subspace iterations of the randomized SVD (HMT's ``q``)."""
+CROSSOVER = 0.5
+"""The randomized SVD runs when ``rank + OVERSAMPLE <= CROSSOVER * min(m, n)``: measured
+break-even on this machine (``bench/tt.py``; at 0.5 the sketch is ~as fast as ``gesdd``)."""
+SEED = 0
+"""Seed of the Gaussian test matrices (one generator per call: results are reproducible)."""
 PAPER_PHASES = {"bidiagonalization": ("gebrd", "orgbr"), "diagonalization": ("bdsqr",)}
 
 
@@ -106,15 +122,19 @@ class SvdStats:
 SvdResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
-def svd_lapack(a: torch.Tensor, stats: SvdStats | None = None) -> SvdResult:
+def svd_lapack(
+    a: torch.Tensor, stats: SvdStats | None = None, rank: int | None = None
+) -> SvdResult:
     """Thin SVD by ``torch.linalg.svd``.
 
     Parameters
     ----------
     a : torch.Tensor
-        Shape (m, n), floating.
+        Shape (m, n) or a batch (..., m, n), floating.
     stats : SvdStats, optional
         Receives the wall time under phase ``lapack``.
+    rank : int, optional
+        Ignored (all ``min(m, n)`` triplets are computed).
 
     Returns
     -------
@@ -126,12 +146,64 @@ def svd_lapack(a: torch.Tensor, stats: SvdStats | None = None) -> SvdResult:
     if stats is not None:
         stats.phases["lapack"].add(time.perf_counter() - t0)
         stats.calls += 1
-        stats.shapes.append((int(a.shape[0]), int(a.shape[1])))
+        stats.shapes.append((int(a.shape[-2]), int(a.shape[-1])))
     return u, s, vh
 
 
-def svd_two_phase(a: torch.Tensor, stats: SvdStats | None = None) -> SvdResult:
-    """Thin SVD by Householder bidiagonalization then implicit-shift QR (float64).
+def randomized_applies(shape: tuple[int, int], rank: int | None) -> bool:
+    """Whether :func:`svd_randomized` sketches (True) or falls back to the exact SVD."""
+    return rank is not None and rank + OVERSAMPLE <= CROSSOVER * min(shape)
+
+
+def svd_randomized(
+    a: torch.Tensor, stats: SvdStats | None = None, rank: int | None = None
+) -> SvdResult:
+    """Truncated SVD by a randomized range finder (HMT 2011) or, if the rank is not small,
+    exactly.
+
+    Parameters
+    ----------
+    a : torch.Tensor
+        Shape (m, n) or a batch (..., m, n), floating (a batch shares the test matrix;
+        give ``stats`` only for a single matrix).
+    stats : SvdStats, optional
+        Receives the wall time under phase ``randomized`` (or ``lapack`` on fallback).
+    rank : int, optional
+        Target rank ``r``; None falls back to :func:`svd_lapack`.
+
+    Returns
+    -------
+    u, s, vh : torch.Tensor
+        Shapes (m, l), (l,), (l, n) with ``l = r + OVERSAMPLE`` (sketched) or
+        ``min(m, n)`` (exact); ``s`` descending.
+    """
+    m, n = int(a.shape[-2]), int(a.shape[-1])
+    if not randomized_applies((m, n), rank):
+        return svd_lapack(a, stats)
+    assert rank is not None
+    t0 = time.perf_counter()
+    gen = torch.Generator().manual_seed(SEED)
+    omega = torch.randn(n, rank + OVERSAMPLE, generator=gen, dtype=a.dtype)
+    q, _ = torch.linalg.qr(a @ omega)
+    for _ in range(POWER_ITERS):
+        z, _ = torch.linalg.qr(a.mT @ q)
+        q, _ = torch.linalg.qr(a @ z)
+    ub, s, vh = torch.linalg.svd(q.mT @ a, full_matrices=False)
+    u = q @ ub
+    if stats is not None:
+        stats.phases["randomized"].add(time.perf_counter() - t0)
+        stats.calls += 1
+        stats.shapes.append((m, n))
+    return u, s, vh
+
+
+def svd_two_phase(
+    a: torch.Tensor, stats: SvdStats | None = None, rank: int | None = None
+) -> SvdResult:
+    """Thin SVD by Householder bidiagonalization then implicit-shift QR, compiled (float64).
+
+    Same steps and counters as :func:`svd_two_phase_reference`, run by
+    :mod:`nodes.compression.compiled` (numba).
 
     Parameters
     ----------
@@ -139,6 +211,58 @@ def svd_two_phase(a: torch.Tensor, stats: SvdStats | None = None) -> SvdResult:
         Shape (m, n), floating; computed in float64, returned in ``a.dtype``.
     stats : SvdStats, optional
         Receives time, FLOPs and bytes per phase (``gebrd``, ``orgbr``, ``bdsqr``).
+    rank : int, optional
+        Ignored (all ``min(m, n)`` triplets are computed).
+
+    Returns
+    -------
+    u, s, vh : torch.Tensor
+        Shapes (m, k), (k,), (k, n) with k = min(m, n); ``a ~= u @ diag(s) @ vh``.
+    """
+    from nodes.compression import compiled  # numba: imported (and compiled) on first use
+
+    transposed = a.shape[0] < a.shape[1]
+    w = (a.T if transposed else a).detach().to(torch.float64).numpy()
+    t0 = time.perf_counter()
+    bd = compiled.gebrd(w)
+    t1 = time.perf_counter()
+    q, p, f_org, b_org = compiled.orgbr(bd)
+    t2 = time.perf_counter()
+    s, ut, vt, f_qr, b_qr, sweeps = compiled.bdsqr(
+        bd.d, bd.e, np.ascontiguousarray(q.T), np.ascontiguousarray(p.T)
+    )
+    t3 = time.perf_counter()
+    if stats is not None:
+        stats.phases["gebrd"].add(t1 - t0, bd.flops, bd.bytes)
+        stats.phases["orgbr"].add(t2 - t1, f_org, b_org)
+        stats.phases["bdsqr"].add(t3 - t2, f_qr, b_qr)
+        stats.calls += 1
+        stats.sweeps += sweeps
+        stats.shapes.append((int(a.shape[0]), int(a.shape[1])))
+    u, vh = ut.T, vt
+    if transposed:
+        u, vh = vh.T, u.T
+    return tuple(  # type: ignore[return-value]
+        torch.from_numpy(np.ascontiguousarray(x)).to(a.dtype) for x in (u, s, vh)
+    )
+
+
+def svd_two_phase_reference(
+    a: torch.Tensor, stats: SvdStats | None = None, rank: int | None = None
+) -> SvdResult:
+    """Thin SVD by Householder bidiagonalization then implicit-shift QR (float64), in torch.
+
+    The readable reference of :func:`svd_two_phase` (same counters; 30-70x slower than LAPACK,
+    measured in ``bench/tt.py``).
+
+    Parameters
+    ----------
+    a : torch.Tensor
+        Shape (m, n), floating; computed in float64, returned in ``a.dtype``.
+    stats : SvdStats, optional
+        Receives time, FLOPs and bytes per phase (``gebrd``, ``orgbr``, ``bdsqr``).
+    rank : int, optional
+        Ignored (all ``min(m, n)`` triplets are computed).
 
     Returns
     -------
@@ -169,13 +293,20 @@ def svd_two_phase(a: torch.Tensor, stats: SvdStats | None = None) -> SvdResult:
     return u.to(a.dtype), s.to(a.dtype), vh.to(a.dtype)
 
 
-BACKENDS: dict[str, Callable[[torch.Tensor, SvdStats | None], SvdResult]] = {
+BACKENDS: dict[str, Callable[[torch.Tensor, SvdStats | None, int | None], SvdResult]] = {
     "lapack": svd_lapack,
+    "randomized": svd_randomized,
     "two_phase": svd_two_phase,
+    "two_phase_reference": svd_two_phase_reference,
 }
 
 
-def svd(a: torch.Tensor, backend: str = "lapack", stats: SvdStats | None = None) -> SvdResult:
+def svd(
+    a: torch.Tensor,
+    backend: str = "lapack",
+    stats: SvdStats | None = None,
+    rank: int | None = None,
+) -> SvdResult:
     """Thin SVD with the named back-end (see :data:`BACKENDS`).
 
     Parameters
@@ -183,17 +314,20 @@ def svd(a: torch.Tensor, backend: str = "lapack", stats: SvdStats | None = None)
     a : torch.Tensor
         Shape (m, n).
     backend : str
-        ``"lapack"`` or ``"two_phase"``.
+        ``"lapack"``, ``"randomized"`` or ``"two_phase"``.
     stats : SvdStats, optional
         Counters to update.
+    rank : int, optional
+        Target rank the caller will keep (used by ``randomized`` only).
 
     Returns
     -------
     u, s, vh : torch.Tensor
-        Shapes (m, k), (k,), (k, n), k = min(m, n), ``s`` descending.
+        Shapes (m, k), (k,), (k, n), ``s`` descending; k = min(m, n) except for a
+        sketched ``randomized`` SVD (k = rank + OVERSAMPLE).
     """
     try:
         fn = BACKENDS[backend]
     except KeyError:
         raise ValueError(f"svd backend {backend!r} unknown; allowed: {sorted(BACKENDS)}") from None
-    return fn(a, stats)
+    return fn(a, stats, rank)

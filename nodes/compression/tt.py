@@ -124,7 +124,9 @@ def tt_svd(
     max_rank : int, optional
         Cap on every TT rank.
     backend : str
-        SVD back-end, ``"lapack"`` or ``"two_phase"``.
+        SVD back-end, ``"lapack"``, ``"randomized"`` (sketched only when ``eps`` is None
+        and ``max_rank`` is small against the unfolding, see
+        :func:`nodes.compression.svd.svd_randomized`) or ``"two_phase"``.
     stats : SvdStats, optional
         Per-phase counters to update.
 
@@ -149,13 +151,71 @@ def tt_svd(
     rest = tensor
     for k in range(d - 1):
         mat = rest.reshape(rank * shape[k], -1)
-        u, s, vh = svd(mat, backend, stats)
+        # The rank is known in advance only when eps does not truncate (randomized SVD).
+        u, s, vh = svd(mat, backend, stats, None if delta is not None else max_rank)
         r = truncation_rank(s, delta, max_rank)
         cores.append(u[:, :r].reshape(rank, shape[k], r))
         rest = s[:r, None] * vh[:r]
         rank = r
     cores.append(rest.reshape(rank, shape[-1], 1))
     return TTTensor(cores)
+
+
+def tt_svd_many(
+    tensors: list[torch.Tensor], max_rank: int, backend: str = "lapack"
+) -> list[TTTensor]:
+    """TT-SVD of many tensors at a fixed rank cap, equal shapes decomposed as one batch.
+
+    With truncation by ``max_rank`` only, every tensor of a shape gets the same ranks, so
+    each sweep step is one batched SVD (one LAPACK call per matrix, no Python per tensor).
+
+    Parameters
+    ----------
+    tensors : list[torch.Tensor]
+        Tensors of any shapes (d >= 2), floating.
+    max_rank : int
+        Cap on every TT rank (>= 1).
+    backend : {"lapack", "randomized"}
+        SVD back-end (the counting ``two_phase`` has no batched form).
+
+    Returns
+    -------
+    list[TTTensor]
+        In the order of ``tensors``; equal to :func:`tt_svd` ``(t, None, max_rank,
+        backend)`` of each up to rounding.
+    """
+    if backend not in ("lapack", "randomized"):
+        raise ValueError(f"backend {backend!r}: allowed 'lapack', 'randomized'")
+    if max_rank < 1:
+        raise ValueError(f"max_rank must be >= 1, got {max_rank}")
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, t in enumerate(tensors):
+        groups.setdefault(tuple(int(n) for n in t.shape), []).append(i)
+    out: list[TTTensor | None] = [None] * len(tensors)
+    for shape, idx in groups.items():
+        batch = torch.stack([tensors[i] for i in idx])
+        for i, cores in zip(idx, _tt_svd_batch(batch, shape, max_rank, backend), strict=True):
+            out[i] = TTTensor(cores)
+    return [t for t in out if t is not None]
+
+
+def _tt_svd_batch(
+    batch: torch.Tensor, shape: tuple[int, ...], max_rank: int, backend: str
+) -> list[list[torch.Tensor]]:
+    """Cores of each tensor of ``batch`` (B, *shape), rank-capped TT-SVD."""
+    b = int(batch.shape[0])
+    cores: list[torch.Tensor] = []
+    rank = 1
+    rest = batch
+    for k in range(len(shape) - 1):
+        mat = rest.reshape(b, rank * shape[k], -1)
+        u, s, vh = svd(mat, backend, None, max_rank)
+        r = min(max_rank, int(s.shape[-1]))
+        cores.append(u[..., :r].reshape(b, rank, shape[k], r))
+        rest = s[..., :r, None] * vh[..., :r, :]
+        rank = r
+    cores.append(rest.reshape(b, rank, shape[-1], 1))
+    return [[c[i] for c in cores] for i in range(b)]
 
 
 def relative_error(reference: torch.Tensor, approx: torch.Tensor) -> float:

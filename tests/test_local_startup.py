@@ -11,7 +11,10 @@ from testbed.backends.local import REGISTERED_LINE, LocalBackend, _registered
 from testbed.planner import make_plan
 from testbed.spec.loader import parse_spec
 
-SPEC = "name: t\nfleet:\n  nodes:\n    - {id: cloud, tier: cloud}\n    - {id: edge, tier: edge}\nworkload:\n  fl: {}\n"
+SPEC = (
+    "name: t\nfleet:\n  nodes:\n    - {id: cloud, tier: cloud}\n    - {id: edge, tier: edge}\n"
+    "workload:\n  fl: {}\n"
+)
 
 
 @pytest.mark.parametrize("faults", ["", "faults:\n  - {kind: superlink-restart, at_round: 2}\n"])

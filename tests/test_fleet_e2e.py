@@ -70,10 +70,11 @@ def test_superlink_three_supernodes_three_rounds(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 15 goal 2 not met yet: fast-mode rounds measured 3.7-4.8 s for ~0.2-0.5 s "
-    "of compute; what is left is no wait but ~450 HTTP requests a round (20 objects a "
-    "message, each pushed and pulled one by one, 3 hops) on 2 cores, the SuperLink's "
-    "share CPU-bound (docs/benchmarks.md); strict: this fails once rounds are fast enough",
+    reason="issue 15 goal 2 not met yet: with the SuperLink's state in memory, fast-mode "
+    "rounds measured 1.56-1.67 s for 0.20-0.24 s of compute (3.7-5.8 s with it in SQLite); "
+    "what is left is no wait but Flower's object transport, ~20 objects a message each its "
+    "own HTTP request, 2 in flight, over 3 hops (docs/benchmarks.md); strict: this fails "
+    "once rounds are fast enough",
 )
 def test_fast_round_within_compute_plus_one_second(tmp_path: Path) -> None:
     store = RunStore(tmp_path)

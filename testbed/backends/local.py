@@ -11,12 +11,10 @@ import json
 import os
 import secrets
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Collection, Mapping
-from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -134,15 +132,17 @@ class LocalBackend:
         self._wait_registered(min(timeout_s, REGISTER_TIMEOUT_S))
 
     def _wait_registered(self, timeout_s: float) -> None:
-        """Wait until the SuperLink lists every client node online: the fleet is ready
+        """Wait until the SuperLink has every client node online: the fleet is ready
         when each node can be sampled, so link schedules and faults that start at
         ``fleet_ready`` meet registered nodes (a forked node is warm in milliseconds,
-        before its SuperNode has registered). A node that exits, or does not register
-        in time, is left to the run: the ServerApp's ``fleet_connected`` event records
-        who was there."""
-        db = self.run_dir / "nodes" / self.plan.server.name / "superlink.db"
+        before its SuperNode has registered). A SuperNode logs ``SuperNode ID: <id>``
+        once the SuperLink answered its ``ActivateNode`` (the node is online there);
+        the SuperLink's state may be in memory, so its logs are what is read. A node
+        that exits, or does not register in time, is left to the run: the ServerApp's
+        ``fleet_connected`` event records who was there."""
+        logs = [self.run_dir / "logs" / f"{n.name}.log" for n in self.plan.clients]
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and _online_nodes(db) < len(self.plan.clients):
+        while time.monotonic() < deadline and _registered(logs) < len(logs):
             if any(self.procs.procs[n.name].poll() is not None for n in self.plan.clients):
                 return
             time.sleep(0.1)
@@ -150,13 +150,12 @@ class LocalBackend:
     def _start_superlink(self, host: str, timeout_s: float) -> None:
         """Start the server node's SuperLink on a free port (three tries)."""
         server = self.plan.server
-        db = (self.run_dir / "nodes" / server.name / "superlink.db").resolve()
-        db.parent.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "nodes" / server.name).mkdir(parents=True, exist_ok=True)
+        db = self.superlink_db()
         for _attempt in range(3):  # a port taken between choice and bind: pick again
             port = free_port()
-            cmd = self._node_cmd(
-                "superlink", "--port", str(port), "--host", host, "--database", str(db)
-            )
+            cmd = self._node_cmd("superlink", "--port", str(port), "--host", host)
+            cmd += ["--database", str(db)] if db is not None else []
             p = self.procs.start(
                 server.name,
                 self._server_prefix + cmd,
@@ -171,6 +170,20 @@ class LocalBackend:
             self.superlink_port = port
             return
         raise RuntimeError("could not start the SuperLink (see logs)")
+
+    def superlink_db(self) -> Path | None:
+        """The SuperLink's state file, or None: its state in memory (Flower's default).
+
+        On disk (SQLite, through SQLAlchemy) only when the spec plans a
+        ``superlink-restart`` fault: the restarted SuperLink finds its runs, nodes and
+        messages there. In memory otherwise: every request of the round's object
+        transfers costs the SuperLink a few SQL statements on disk (about 60 % of its
+        busy time, and the SuperLink is the busiest process of a fast round), and bare
+        Flower (``bench/overhead.py``) runs in memory too.
+        """
+        if not any(f.kind == "superlink-restart" for f in self.plan.experiment.faults):
+            return None
+        return (self.run_dir / "nodes" / self.plan.server.name / "superlink.db").resolve()
 
     def _server_env(self) -> dict[str, str]:
         """Environment of the server node: in ``fast`` protocol timing, Flower's SuperExec
@@ -481,7 +494,15 @@ class LocalBackend:
         """SIGKILL the SuperLink and start it again (same port, same state database).
 
         The node agent does it on SIGUSR1; its SuperExec and the ServerApp survive.
+        RuntimeError (a live injection is then rejected) when the SuperLink keeps its
+        state in memory (:meth:`superlink_db`): the restart would lose the run.
         """
+        if self.superlink_db() is None:
+            raise RuntimeError(
+                "superlink-restart: this run's SuperLink keeps its state in memory (no "
+                "superlink-restart planned in faults:), a restart would lose the run; "
+                "plan one in the spec's faults to keep the state on disk"
+            )
         os.kill(self.procs.procs[self.plan.server.name].pid, signal.SIGUSR1)
         self.superlink_restarts += 1
 
@@ -575,11 +596,16 @@ class LocalBackend:
             subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
 
 
-def _online_nodes(db: Path) -> int:
-    """Nodes the SuperLink's state database ``db`` lists as online (0 while unreadable)."""
-    try:
-        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1.0)) as con:
-            row = con.execute("SELECT COUNT(*) FROM node WHERE status = 'online'").fetchone()
-        return int(row[0])
-    except sqlite3.Error:
-        return 0
+#: What a SuperNode logs once the SuperLink activated it (flwr.supernode.start_client_internal)
+REGISTERED_LINE = b"SuperNode ID: "
+
+
+def _registered(logs: list[Path]) -> int:
+    """How many of the SuperNode ``logs`` show the node registered and online."""
+    count = 0
+    for log in logs:
+        try:
+            count += REGISTERED_LINE in log.read_bytes()
+        except OSError:  # (not created yet)
+            pass
+    return count

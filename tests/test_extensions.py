@@ -416,6 +416,7 @@ workload:
 """
 
 
+@pytest.mark.slow  # a real functions fleet for ~10-25 s: in `make test-e2e`
 def test_the_placement_policy_places_a_functions_run(tmp_path: Path) -> None:
     """The functions workload places with the user policy: every request goes to the fog
     node's CPU (the nearest), through its 15 ms link."""

@@ -56,6 +56,7 @@ workload:
 """
 
 
+@pytest.mark.slow  # a real functions fleet for ~10-25 s: in `make test-e2e`
 def test_two_functions_gaia_link_promotes_the_accelerable_one_only(tmp_path: Path) -> None:
     shutil.copy(module_path("idle"), tmp_path / "idle_fn.py")
     store = RunStore(tmp_path / "runs")

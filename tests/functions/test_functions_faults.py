@@ -8,6 +8,8 @@ import shutil
 import statistics
 from pathlib import Path
 
+import pytest
+
 from nodes.functions.workloads import module_path
 from testbed.runner import run_experiment
 from testbed.spec.loader import parse_spec
@@ -42,6 +44,7 @@ workload:
 """
 
 
+@pytest.mark.slow  # a real functions fleet for ~10-25 s: in `make test-e2e`
 def test_a_partition_fault_holds_the_requests_that_cross_the_link(tmp_path: Path) -> None:
     shutil.copy(module_path("idle"), tmp_path / "idle_fn.py")
     store = RunStore(tmp_path / "runs")

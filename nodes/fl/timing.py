@@ -27,7 +27,7 @@ nothing else: it replaces the ``time`` name in the two Flower modules with a
 functions above with Flower's hard-coded value (every other sleep -- retries,
 heartbeats, other waits in the same modules -- is passed on unchanged), and it sets the
 two pull functions' keyword defaults to :data:`FAST_BACKOFF` (0.02 s doubling up to
-0.05 s; no per-object try limit, so Flower's 7200 s ``max_time`` still bounds a pull, as
+0.2 s; no per-object try limit, so Flower's 7200 s ``max_time`` still bounds a pull, as
 Flower's own 500 tries x 10 s do). The message protocol, its contents and every other
 setting stay Flower's; no Flower code is copied.
 
@@ -72,15 +72,10 @@ SERVERAPP = "serverapp"
 CLIENTAPP = "clientapp"
 BACKOFF_MODULE = "flwr.supercore.inflatable.inflatable_utils"
 BACKOFF_FUNCTIONS = ("pull_objects", "pull_and_inflate_object_from_tree")
-#: A SuperNode's wait after an empty pull in ``fast`` mode, s (each pull is a request to
-#: the SuperLink, so this one grows with the fleet: N nodes make N / FAST_PULL_S a second).
-FAST_PULL_S = 0.05
-#: The ServerApp's wait between reply polls in ``fast`` mode, s (one process).
-FAST_REPLY_POLL_S = 0.02
 #: keyword default -> (Flower's value, the value in ``fast`` mode)
 FAST_BACKOFF: dict[str, tuple[float | None, float | None]] = {
     "initial_backoff": (1, 0.02),
-    "backoff_cap": (10, 0.05),
+    "backoff_cap": (10, 0.2),
     "max_tries_per_object": (500, None),
 }
 
@@ -110,7 +105,7 @@ class Wait:
 #: Waits shortened in ``fast`` mode, per Flower component.
 WAITS: dict[str, tuple[Wait, ...]] = {
     SUPERNODE: (
-        Wait("flwr.supernode.start_client_internal", "start_client_internal", 3.0, FAST_PULL_S),
+        Wait("flwr.supernode.start_client_internal", "start_client_internal", 3.0, 0.1),
         Wait("flwr.supernode.start_client_internal", "_push_messages", 0.5, 0.02),
         Wait(
             "flwr.supernode.start_client_internal",
@@ -119,9 +114,7 @@ WAITS: dict[str, tuple[Wait, ...]] = {
             0.02,
         ),
     ),
-    SERVERAPP: (
-        Wait("flwr.superlink.grid.http_grid", "HttpGrid.send_and_receive", 3.0, FAST_REPLY_POLL_S),
-    ),
+    SERVERAPP: (Wait("flwr.superlink.grid.http_grid", "HttpGrid.send_and_receive", 3.0, 0.1),),
     CLIENTAPP: (),  # the object-pull back-off only
 }
 

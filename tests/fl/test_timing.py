@@ -99,7 +99,7 @@ def test_fast_mode_shortens_the_supernode_waits(slept: list[float]) -> None:
     [nested] = [c for c in sci._push_messages.__code__.co_consts if hasattr(c, "co_name")]
     assert nested.co_name == "yield_object_contents"
     assert shim.waits == {
-        sci.start_client_internal.__code__: (3.0, 0.05),
+        sci.start_client_internal.__code__: (3.0, 0.1),
         sci._push_messages.__code__: (0.5, 0.02),
         nested: (0.5, 0.02),
     }
@@ -164,7 +164,7 @@ def test_task_ready_wakes_the_executor() -> None:
 def test_fast_mode_shortens_the_grid_reply_poll(slept: list[float]) -> None:
     install(SERVERAPP)
     assert isinstance(http_grid.time, TimeShim) and sci.time is time
-    assert _grid_wait(slept) == [0.02]
+    assert _grid_wait(slept) == [0.1]
     assert http_grid.time.time() == pytest.approx(time.time(), abs=1.0)  # rest is time's
 
 
@@ -244,7 +244,7 @@ def test_object_pull_backoff_flower_and_fast() -> None:
         install(CLIENTAPP)
         for fn in (inflatable.pull_objects, inflatable.pull_and_inflate_object_from_tree):
             assert fn.__kwdefaults__["initial_backoff"] == 0.02
-            assert fn.__kwdefaults__["backoff_cap"] == 0.05
+            assert fn.__kwdefaults__["backoff_cap"] == 0.2
             assert fn.__kwdefaults__["max_tries_per_object"] is None
             assert fn.__kwdefaults__["max_time"] == 7200  # still bounded as in Flower
         assert sci.time is time and http_grid.time is time  # no polling wait touched

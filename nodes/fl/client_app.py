@@ -15,7 +15,7 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from nodes.device_control import read_control, stretch
-from nodes.fl import task
+from nodes.fl import packing, task
 from nodes.fl.strategies import GLOBAL_LOSS, PROXIMAL_MU, REPORT_GLOBAL_LOSS
 
 if TYPE_CHECKING:
@@ -39,7 +39,11 @@ def _setup(msg: Message, context: Context) -> tuple[FLSpec, int, int, task.Split
     n = int(context.node_config["num-partitions"])
     splits = task.get_splits(spec, seed, n)
     model = task.make_model(spec, splits)
-    model.load_state_dict(msg.content.array_records["arrays"].to_torch_state_dict())
+    received = msg.content.array_records["arrays"]
+    if packing.is_packed(received):  # fast protocol timing: the model as one array
+        received = packing.unpack(received, packing.shapes(model.state_dict()))
+        packing.set_arrays(msg, received)  # (the TT uplink reads it from the message)
+    model.load_state_dict(received.to_torch_state_dict())
     return spec, seed, pid, splits, model
 
 
@@ -51,6 +55,7 @@ def _evaluation(loss: float, acc: float, examples: int) -> Metrics:
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """Optionally evaluate the received global model (piggyback), then train locally."""
+    packed = packing.is_packed(msg.content.array_records["arrays"])
     spec, seed, pid, splits, model = _setup(msg, context)
     config = msg.content.config_records["config"]
     server_round = int(str(config["server-round"]))
@@ -83,6 +88,8 @@ def train(msg: Message, context: Context) -> Message:
     if tt is not None:  # TT-SVD ran on the device: its time counts in the device time
         metrics.update(tt)
         metrics["tt-compressed"] = 1
+    elif packed:  # answer as asked: one flat array (fast protocol timing)
+        arrays = packing.pack(arrays)
     metrics["device-time-s"] = time.perf_counter() - t0  # measured: compute + emulated wait
     content = RecordDict({"arrays": arrays, "metrics": MetricRecord(metrics)})
     return Message(content=content, reply_to=msg)

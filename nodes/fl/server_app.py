@@ -20,7 +20,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
 
-from nodes.fl import task
+from nodes.fl import packing, task
 from nodes.fl.checkpoint import ResumedRounds, load_checkpoint, save_checkpoint
 from nodes.fl.late import StalePolicy
 from nodes.fl.recording import RecordingStrategy
@@ -98,6 +98,9 @@ def main(grid: Grid, context: Context) -> None:
     splits = task.get_splits(spec, seed, len(names))
     torch.manual_seed(seed)
     model = task.make_model(spec, splits)
+    shapes = packing.layout(ArrayRecord(model.state_dict()))
+    if spec.protocol_timing == "fast" and shapes is not None:  # one array per model sent
+        packing.pack_grid(grid, shapes)
     strategy = _recording_strategy(spec, tel, names, model, splits)
 
     # Start with the whole fleet, then carry on with whoever answers (survivors).

@@ -28,8 +28,9 @@ functions above with Flower's hard-coded value (every other sleep -- retries,
 heartbeats, other waits in the same modules -- is passed on unchanged), and it sets the
 two pull functions' keyword defaults to :data:`FAST_BACKOFF` (0.02 s doubling up to
 0.2 s; no per-object try limit, so Flower's 7200 s ``max_time`` still bounds a pull, as
-Flower's own 500 tries x 10 s do). The message protocol, its contents and every other
-setting stay Flower's; no Flower code is copied.
+Flower's own 500 tries x 10 s do). The message protocol and every other setting stay
+Flower's; no Flower code is copied. (What the testbed's own apps put in a message does
+change in ``fast`` mode: the model travels as one flat array, :mod:`nodes.fl.packing`.)
 
 The node's warm executor is the testbed's (it stands for Flower's SuperExec): in
 ``fast`` mode it does not poll the SuperNode for tasks every few milliseconds (each poll

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from testbed.runner import run_experiment
 from testbed.spec.loader import parse_spec
 from testbed.store import RunStore
@@ -48,6 +50,7 @@ workload:
 """
 
 
+@pytest.mark.slow  # a real functions fleet for ~40 s: in `make test-e2e`
 def test_gaia_runs_all_four_modes_promotes_and_demotes(tmp_path: Path) -> None:
     store = RunStore(tmp_path / "runs")
     res = run_experiment(parse_spec(SPEC), store, spec_path="inline")

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 #: train exchange beyond device and link time (polling waits, object store, hand-offs).
 #: Measured on the local fleet, this 2-core machine (docs/results/calibration.md: the
 #: run each value was read off, and how).
-PROTOCOL_DELAY_S: dict[str, float] = {"flower": 8.20, "fast": 5.05}
+PROTOCOL_DELAY_S: dict[str, float] = {"flower": 8.20, "fast": 1.31}
 
 
 def protocol_delay_s(timing: str, explicit: float | None = None) -> float:

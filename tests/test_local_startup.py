@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.backends.local import REGISTERED_LINE, LocalBackend, _registered
+from testbed.backends.local import LocalBackend
 from testbed.planner import make_plan
 from testbed.spec.loader import parse_spec
 
@@ -33,10 +33,13 @@ def test_the_superlink_state_is_on_disk_only_when_a_restart_is_planned(
 
 
 def test_a_node_counts_as_registered_once_its_supernode_logged_its_id(tmp_path: Path) -> None:
-    logs = [tmp_path / "edge-1.log", tmp_path / "edge-2.log", tmp_path / "absent.log"]
+    spec = SPEC.replace("{id: edge, tier: edge}", "{id: edge, tier: edge, count: 3}")
+    backend = LocalBackend(make_plan(parse_spec(spec)), tmp_path, warm=False)
+    logs = [tmp_path / "logs" / f"edge-{i}.log" for i in (1, 2)]  # (edge-3: no log yet)
+    logs[0].parent.mkdir(parents=True)
     logs[0].write_bytes(b"INFO : Starting Flower SuperNode\nConnection refused\n")
-    logs[1].write_bytes(b"\x1b[92mINFO \x1b[0m:      " + REGISTERED_LINE + b"4105498632909426736\n")
-    assert _registered(logs) == 1
+    logs[1].write_bytes(b"\x1b[92mINFO \x1b[0m:      SuperNode ID: 4105498632909426736\n")
+    assert backend.registered() == {"edge-2"}
     with logs[0].open("ab") as f:
-        f.write(REGISTERED_LINE + b"17\n")
-    assert _registered(logs) == 2
+        f.write(b"SuperNode ID: 17\n")
+    assert backend.registered() == {"edge-1", "edge-2"}

@@ -55,9 +55,14 @@ class CachedValue:
         return len(self.cache)
 
 
+def _cached(value: Value) -> CachedValue:
+    """``value`` memoised (as it is when it already is: one cache per round's game)."""
+    return value if isinstance(value, CachedValue) else CachedValue(value)
+
+
 def leave_one_out(n: int, value: Value) -> list[float]:
     """``v(all) - v(all but i)`` for each of the ``n`` silos."""
-    v = CachedValue(value)
+    v = _cached(value)
     full = frozenset(range(n))
     return [v(full) - v(full - {i}) for i in range(n)]
 
@@ -67,7 +72,7 @@ def shapley_exact(n: int, value: Value) -> list[float]:
     contribution ``v(S + i) - v(S)`` over every coalition ``S`` without it, with weight
     ``|S|! (n - |S| - 1)! / n!``. Efficiency holds: the values sum to ``v(all) - v({})``.
     """
-    v = CachedValue(value)
+    v = _cached(value)
     phi = [0.0] * n
     for i in range(n):
         others = [j for j in range(n) if j != i]
@@ -102,7 +107,7 @@ def shapley_monte_carlo(
     """
     if permutations < 1:
         raise ValueError("permutations must be >= 1")
-    v = CachedValue(value)
+    v = _cached(value)
     rng = np.random.default_rng(seed)
     marginals = np.zeros((permutations, n))
     for p in range(permutations):

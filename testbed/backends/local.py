@@ -140,9 +140,9 @@ class LocalBackend:
         the SuperLink's state may be in memory, so its logs are what is read. A node
         that exits, or does not register in time, is left to the run: the ServerApp's
         ``fleet_connected`` event records who was there."""
-        logs = [self.run_dir / "logs" / f"{n.name}.log" for n in self.plan.clients]
+        names = {n.name for n in self.plan.clients}
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and _registered(logs) < len(logs):
+        while time.monotonic() < deadline and self.registered() != names:
             if any(self.procs.procs[n.name].poll() is not None for n in self.plan.clients):
                 return
             time.sleep(0.1)
@@ -567,6 +567,11 @@ class LocalBackend:
                     out[nid] = node.name
         return out
 
+    def registered(self) -> set[str]:
+        """Client nodes whose SuperNode has logged its registration (``SuperNode ID``,
+        printed once the SuperLink activated it: the node is online there)."""
+        return set(self.node_ids().values())
+
     def alive(self) -> dict[str, bool]:
         return {name: p.poll() is None for name, p in self.procs.procs.items()}
 
@@ -594,18 +599,3 @@ class LocalBackend:
             self._zygote.stop()
         if self.netns:
             subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
-
-
-#: What a SuperNode logs once the SuperLink activated it (flwr.supernode.start_client_internal)
-REGISTERED_LINE = b"SuperNode ID: "
-
-
-def _registered(logs: list[Path]) -> int:
-    """How many of the SuperNode ``logs`` show the node registered and online."""
-    count = 0
-    for log in logs:
-        try:
-            count += REGISTERED_LINE in log.read_bytes()
-        except OSError:  # (not created yet)
-            pass
-    return count

@@ -27,7 +27,7 @@ test: setup  ## unit tests + one real Flower fleet end to end (a few minutes on 
 ORPHAN_RUNS ?= 50
 
 test-e2e: setup  ## the long end-to-end checks: faults, teardown, concurrency, study, UI, orphans, resume
-	ORPHAN_RUNS=$(ORPHAN_RUNS) $(BIN)/python -m pytest -q -m slow
+	ORPHAN_RUNS=$(ORPHAN_RUNS) $(BIN)/python -m pytest -q -m slow --durations=25
 
 study-quick: setup  ## the failure study's quick sweep and its report (< 10 min)
 	$(BIN)/testbed run experiments/failure_study_quick.yaml --parallel 2 --out runs/study-quick

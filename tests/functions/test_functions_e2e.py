@@ -46,7 +46,7 @@ workload:
       - name: mm
         module: matmul
         slo_ms: 3                      # the CPU cannot meet it: promotion expected
-        request: {{n: 384}}
+        request: {{n: 512}}            # CPU ~55 ms: the GPU stays faster on a loaded host
         arrivals: {{kind: poisson, rate_rps: 8}}
       - name: idle
         module: {tmp / "idle_fn.py"}
@@ -104,7 +104,12 @@ def test_two_functions_gaia_link_promotes_the_accelerable_one_only(tmp_path: Pat
     # the sweep report: table, notes on labels, plots
     md, page = write_report(store, "fn-sweep", tmp_path / "report")
     text = md.read_text()
-    assert "| gaia-link | mm | edge (edge) | cpu_preferred | cpu -> gpu-emulated |" in text
+    # the end backend is what the runtime decided last: the GPU, unless case 3.1 found it no
+    # faster on this host (it did once on a loaded 2-core CI machine with a smaller matmul)
+    end = mm["end_backend"]
+    assert f"| gaia-link | mm | edge (edge) | cpu_preferred | cpu -> {end} |" in text
+    demoted = [d for d in decisions if d[0] == "mm" and "case 3.1" in d[2]]
+    assert end == "gpu-emulated" or demoted, (end, decisions)
     assert "emulated (modelled from profile)" in text and "idle 0.0 GPU-s" in text
     assert (tmp_path / "report" / "timeline.png").stat().st_size > 5000
 

@@ -53,7 +53,7 @@ from testbed.backends.docker_node import (
     in_image,
     memory_mb_of,
 )
-from testbed.backends.local import LocalBackend
+from testbed.backends.local import REGISTER_TIMEOUT_S, LocalBackend
 from testbed.emulation.container_net import ContainerNetemLink, attach_netns
 from testbed.planner import Plan, PlannedNode
 from testbed.procs import free_port, wait_port
@@ -245,7 +245,8 @@ class DockerBackend(LocalBackend):
     # -- fleet lifecycle ----------------------------------------------------------------
     def start(self, timeout_s: float = 120.0) -> None:
         """Start the SuperLink container, the links, then every SuperNode container;
-        return when all listen (and, warm, have imported their stack).
+        return when all listen (and, warm, have imported their stack) and have registered
+        with the SuperLink (as on the local backend: schedules start on registered nodes).
 
         ``timeout_s`` grows with the fleet (:func:`start_timeout_s`): the containers
         start at once and import their stack on the host's CPUs together.
@@ -281,6 +282,10 @@ class DockerBackend(LocalBackend):
         deadline = time.monotonic() + timeout_s
         for node in self.plan.clients:
             self._wait_node(node.name, deadline)
+        self._wait_registered(min(timeout_s, REGISTER_TIMEOUT_S))
+
+    def _exited(self, name: str) -> bool:
+        return self.proc(name).poll() is not None
 
     def fleet_info(self) -> dict[str, Any]:
         """What the fleet chose at start, for the ``fleet_ready`` event: ``links_mode``

@@ -143,9 +143,13 @@ class LocalBackend:
         names = {n.name for n in self.plan.clients}
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and self.registered() != names:
-            if any(self.procs.procs[n.name].poll() is not None for n in self.plan.clients):
+            if any(self._exited(n.name) for n in self.plan.clients):
                 return
             time.sleep(0.1)
+
+    def _exited(self, name: str) -> bool:
+        """Whether client node ``name``'s main process has exited."""
+        return self.procs.procs[name].poll() is not None
 
     def _start_superlink(self, host: str, timeout_s: float) -> None:
         """Start the server node's SuperLink on a free port (three tries)."""

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 #: run each value was read off, and how).
 #: Each value is the median over the rounds after the first (steady state) of measured
 #: round time less the clock's device + link time.
-PROTOCOL_DELAY_S: dict[str, float] = {"flower": 7.45, "fast": 1.29}
+PROTOCOL_DELAY_S: dict[str, float] = {"flower": 7.44, "fast": 1.29}
 
 #: Default of the first-exchange start-up term per ``workload.fl.protocol_timing``,
 #: seconds added to a client's first train exchange of a run: what a real node's first
@@ -55,7 +55,7 @@ PROTOCOL_DELAY_S: dict[str, float] = {"flower": 7.45, "fast": 1.29}
 #: first object pull meeting Flower's 1 + 2 s back-off instead of 1 s, torch's first
 #: fit; the SuperNode's and ServerApp's first message). Measured on the local fleet as
 #: round 1 less the median of the later rounds (docs/results/calibration.md: the runs).
-STARTUP_S: dict[str, float] = {"flower": 2.24, "fast": 0.50}
+STARTUP_S: dict[str, float] = {"flower": 2.30, "fast": 0.50}
 
 
 def _default(table: dict[str, float], key: str, timing: str, explicit: float | None) -> float:

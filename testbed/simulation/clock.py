@@ -177,7 +177,8 @@ class VirtualClock:
         return self.clients.get(name) or ClientModel()
 
     def client_s(self, name: str, compute_s: float, bytes_down: int, bytes_up: int) -> float:
-        """Virtual time of one exchange at virtual 0, round 1 (no faults), seconds."""
+        """Virtual time of one exchange at virtual 0, round 1 (no faults), seconds (the
+        client's first exchange carries ``startup_s``)."""
         return self.exchange(name, 0, 1, 0.0, compute_s, bytes_down, bytes_up).seconds
 
     def link(self, name: str) -> LinkTimeline:

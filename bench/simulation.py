@@ -13,7 +13,8 @@
 
     python bench/simulation.py [--rounds 3] [--same-clients 100] [--scale 1000,10000]
     python bench/simulation.py --clients 10000 --sample 100 [--rounds 4]   # one case
-    python bench/simulation.py --calibration   # docs/results/calibration.md's table
+    python bench/simulation.py --calibration [--timing flower|fast]
+        [--variants local,simulation,grid] [--keep DIR]   # docs/results/calibration.md
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from testbed.backends.simulation import SimulationBackend  # noqa: E402
 from testbed.planner import make_plan  # noqa: E402
 from testbed.runner import run_experiment  # noqa: E402
-from testbed.simulation.clock import protocol_delay_s  # noqa: E402
+from testbed.simulation.clock import protocol_delay_s, startup_s  # noqa: E402
 from testbed.spec.loader import parse_spec  # noqa: E402
 from testbed.store import RunStore  # noqa: E402
 
@@ -205,40 +206,59 @@ faults:
 """
 
 
-def calibration(work: Path, timing: str) -> str:
-    """The same spec on local and simulation, same seed: a markdown table per round
-    (device + link = the virtual round less the protocol delay the clock added)."""
+#: Calibration variants: the local fleet, and the simulation with the poll waits as
+#: their expected value (the default) or played on Flower's poll grids.
+VARIANTS = {"local": "", "simulation": "", "grid": "simulation: {poll_grid: true}\n"}
+
+
+def _per_round(store: RunStore, run_id: str, metric: str) -> dict[int, float]:
+    """``metric`` per round of a run."""
+    return {int(m.round): m.value for m in store.metrics(run_id, metric) if m.round is not None}
+
+
+def calibration(
+    work: Path, timing: str, variants: tuple[str, ...] = ("local", "simulation")
+) -> str:
+    """The same spec on local and simulation, same seed: a markdown table per round.
+
+    Device + link = the default simulation's virtual round less the protocol terms the
+    clock added (the delay, and the start-up term in round 1, when every client starts).
+    """
     store = RunStore(work / "runs")
     res = {}
-    text = CALIBRATION.replace("{timing}", timing)
-    for backend in ("local", "simulation"):
+    for variant in variants:
+        backend = "local" if variant == "local" else "simulation"
+        text = CALIBRATION.replace("{timing}", timing) + VARIANTS[variant]
         t0 = time.strftime("%H:%M:%S", time.gmtime())
         r = run_experiment(parse_spec(text), store, spec_path="cal", backend=backend)
-        print(f"# {backend}: {t0}-{time.strftime('%H:%M:%S', time.gmtime())} UTC", flush=True)
+        print(f"# {variant}: {t0}-{time.strftime('%H:%M:%S', time.gmtime())} UTC", flush=True)
         assert r.status == "completed", r.summary
-        res[backend] = r
-    delay = protocol_delay_s(timing)
-    measured = {
-        int(m.round): m.value
-        for m in store.metrics(res["local"].run_id, "round_duration_s")
-        if m.round is not None
-    }
-    virtual = {
-        int(m.round): m.value
-        for m in store.metrics(res["simulation"].run_id, "virtual_round_s")
-        if m.round is not None
-    }
+        res[variant] = r
+    if "local" not in res or len(res) < 2:
+        return f"runs kept in {work}"
+    sims = [v for v in variants if v != "local"]
+    measured = _per_round(store, res["local"].run_id, "round_duration_s")
+    virtual = {v: _per_round(store, res[v].run_id, "virtual_round_s") for v in sims}
+    delay, start = protocol_delay_s(timing), startup_s(timing)
     rows = [
-        f"protocol_timing {timing}, protocol_delay_s {delay:.2f}",
-        "| round | measured (local) s | device + link s | virtual (simulation) s "
-        "| virtual / measured |",
-        "|---|---|---|---|---|",
+        f"protocol_timing {timing}: protocol_delay_s {delay:.2f}, startup_s {start:.2f}",
+        "| round | measured (local) s | "
+        + " | ".join(f"virtual ({v}) s | error % " for v in sims)
+        + ("| device + link s |" if "simulation" in sims else "|"),
+        "|---|---|" + "---|---|" * len(sims) + ("---|" if "simulation" in sims else ""),
     ]
     for r in sorted(measured):
-        v, m = virtual.get(r, float("nan")), measured[r]
-        rows.append(f"| {r} | {m:.2f} | {v - delay:.2f} | {v:.2f} | {v / m:.2f} |")
-    acc = [res[b].summary.get("final_global_acc") for b in ("local", "simulation")]
-    rows.append(f"\nfinal global accuracy: local {acc[0]:.4f}, simulation {acc[1]:.4f}")
+        m = measured[r]
+        cells = [f"| {r} | {m:.2f} |"]
+        for v in sims:
+            x = virtual[v].get(r, float("nan"))
+            cells.append(f" {x:.2f} | {100 * (x - m) / m:+.1f} |")
+        if "simulation" in sims:
+            x = virtual["simulation"].get(r, float("nan"))
+            cells.append(f" {x - delay - (start if r == 1 else 0.0):.2f} |")
+        rows.append("".join(cells))
+    acc = ", ".join(f"{v} {res[v].summary.get('final_global_acc'):.4f}" for v in variants)
+    rows.append(f"\nfinal global accuracy: {acc}")
     return "\n".join(rows)
 
 
@@ -280,6 +300,10 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=100, help="... and sampled per round")
     ap.add_argument("--calibration", action="store_true", help="only the calibration table")
     ap.add_argument("--timing", default="flower", help="calibration: workload.fl.protocol_timing")
+    ap.add_argument(
+        "--variants", default="local,simulation", help=f"calibration: of {sorted(VARIANTS)}"
+    )
+    ap.add_argument("--keep", type=Path, help="calibration: keep the runs in this folder")
     args = ap.parse_args()
     print(
         f"# bench/simulation.py  load(1 min) at start {os.getloadavg()[0]:.2f}, "
@@ -289,7 +313,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
         work = Path(tmp)
         if args.calibration:
-            print(calibration(work, args.timing))
+            variants = tuple(args.variants.split(","))
+            print(calibration(args.keep or work, args.timing, variants))
         elif args.clients:
             scale_case(args.clients, args.sample, args.rounds, work)
         else:

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 from testbed.backends import register_backend
 from testbed.backends.base import NodeResources
 from testbed.procs import Popen, ProcGroup
-from testbed.simulation.clock import protocol_delay_s
+from testbed.simulation.clock import protocol_delay_s, startup_s
 from testbed.simulation.config import SimulationSpec
+from testbed.simulation.polls import poll_period_s
 
 if TYPE_CHECKING:
     from testbed.emulation.link import Link
@@ -55,6 +56,25 @@ def check_experiment(exp: Experiment) -> None:
             load_trace(avail.path, avail.format)
         except ValueError as e:
             raise ValueError(f"simulation.availability.path: {e}") from None
+
+
+def protocol_terms(timing: str, sim: SimulationSpec) -> dict[str, float | None]:
+    """The clock's protocol terms for ``workload.fl.protocol_timing`` ``timing``:
+    ``protocol_delay_s``, ``startup_s`` and ``poll_period_s`` (None: no poll grid).
+
+    With ``simulation.poll_grid`` the grid plays the two polls' waits, so the default
+    delay is the measured one less their expected sum (half a period each: a pull
+    phase and a reply poll, uniform over a period); an explicit delay is kept as is.
+    """
+    period = poll_period_s(timing) if sim.poll_grid else None
+    delay = protocol_delay_s(timing, sim.protocol_delay_s)
+    if period is not None and sim.protocol_delay_s is None:
+        delay = max(0.0, delay - period)
+    return {
+        "protocol_delay_s": delay,
+        "startup_s": startup_s(timing, sim.startup_s),
+        "poll_period_s": period,
+    }
 
 
 def client_model(node: PlannedNode, schedule: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -142,7 +162,7 @@ class SimulationBackend:
             "wall_cap_s": max(600.0, 10 * deadline),
             "clock": {
                 "deadline_s": deadline,
-                "protocol_delay_s": protocol_delay_s(spec.protocol_timing, sim.protocol_delay_s),
+                **protocol_terms(spec.protocol_timing, sim),
                 "seed": self.plan.seed,
                 "models": models,
                 "model_of": model_of,

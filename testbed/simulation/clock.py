@@ -8,7 +8,12 @@ starting at the round's virtual start ``T``::
                                                        while partitioned; schedules)
     t2 = t1 + compute_s * stretch * straggler         (stopped while paused)
     t3 = link.transfer(t2, bytes_up)
-    virtual_client_s = t3 + protocol_delay_s - T
+    virtual_client_s = t3 + protocol_delay_s [+ startup_s] - T
+
+``startup_s`` is added to a client's first train exchange of the run only (the
+first-task costs of a real node: :data:`STARTUP_S`). With ``simulation.poll_grid``
+the exchange also waits for the client's next pull on its SuperNode's poll grid, and
+the round ends on the ServerApp's reply-poll grid (:mod:`testbed.simulation.polls`).
 
 ``compute_s`` is the ClientApp's measured ``train-duration-s``, ``stretch = 1 /
 cpu_speed_factor`` of the node's profile (never below 1, as the local backend's
@@ -32,6 +37,7 @@ from testbed.simulation.timeline import LinkTimeline, advance_compute
 
 if TYPE_CHECKING:
     from testbed.simulation.availability import Availability
+    from testbed.simulation.polls import PollGrid
     from testbed.simulation.vfaults import VirtualFaults
 
 #: Default of the named protocol-delay term per ``workload.fl.protocol_timing``, seconds
@@ -39,20 +45,41 @@ if TYPE_CHECKING:
 #: train exchange beyond device and link time (polling waits, object store, hand-offs).
 #: Measured on the local fleet, this 2-core machine (docs/results/calibration.md: the
 #: run each value was read off, and how).
-PROTOCOL_DELAY_S: dict[str, float] = {"flower": 8.20, "fast": 1.31}
+#: Each value is the median over the rounds after the first (steady state) of measured
+#: round time less the clock's device + link time.
+PROTOCOL_DELAY_S: dict[str, float] = {"flower": 7.44, "fast": 1.29}
+
+#: Default of the first-exchange start-up term per ``workload.fl.protocol_timing``,
+#: seconds added to a client's first train exchange of a run: what a real node's first
+#: round costs beyond the later ones (the warm ClientApp's first task: its FAB load, its
+#: first object pull meeting Flower's 1 + 2 s back-off instead of 1 s, torch's first
+#: fit; the SuperNode's and ServerApp's first message). Measured on the local fleet as
+#: round 1 less the median of the later rounds (docs/results/calibration.md: the runs).
+STARTUP_S: dict[str, float] = {"flower": 2.30, "fast": 0.50}
+
+
+def _default(table: dict[str, float], key: str, timing: str, explicit: float | None) -> float:
+    """``explicit`` (``simulation.<key>``) if given, else ``table[timing]``."""
+    if explicit is not None:
+        return explicit
+    if timing not in table:
+        raise ValueError(
+            f"workload.fl.protocol_timing: {timing!r} has no default {key} "
+            f"(allowed: {sorted(table)}); set simulation.{key}"
+        )
+    return table[timing]
 
 
 def protocol_delay_s(timing: str, explicit: float | None = None) -> float:
     """The clock's protocol delay: ``explicit`` (``simulation.protocol_delay_s``) if
     given, else the measured default of ``timing`` (``workload.fl.protocol_timing``)."""
-    if explicit is not None:
-        return explicit
-    if timing not in PROTOCOL_DELAY_S:
-        raise ValueError(
-            f"workload.fl.protocol_timing: {timing!r} has no protocol delay "
-            f"(allowed: {sorted(PROTOCOL_DELAY_S)}); set simulation.protocol_delay_s"
-        )
-    return PROTOCOL_DELAY_S[timing]
+    return _default(PROTOCOL_DELAY_S, "protocol_delay_s", timing, explicit)
+
+
+def startup_s(timing: str, explicit: float | None = None) -> float:
+    """The clock's first-exchange term: ``explicit`` (``simulation.startup_s``) if
+    given, else the measured default of ``timing`` (``workload.fl.protocol_timing``)."""
+    return _default(STARTUP_S, "startup_s", timing, explicit)
 
 
 @dataclass(frozen=True)
@@ -122,12 +149,17 @@ class VirtualClock:
     protocol_delay_s : float
         Added to every client's exchange, seconds (0 here; runs take
         :func:`protocol_delay_s`).
+    startup_s : float
+        Added to each client's first train exchange of the run, seconds (0 here; runs
+        take :func:`startup_s`).
     seed : int
         Seeds the jitter draws (one generator per round and client).
     faults : VirtualFaults or None
         The fault schedule on virtual time.
     availability : Availability or None
         The availability trace.
+    polls : PollGrid or None
+        Flower's poll grids on virtual time (``simulation.poll_grid``), else None.
     """
 
     clients: Mapping[str, ClientModel]
@@ -136,13 +168,17 @@ class VirtualClock:
     seed: int = 0
     faults: VirtualFaults | None = None
     availability: Availability | None = None
+    startup_s: float = 0.0
+    polls: PollGrid | None = None
     _links: dict[str, LinkTimeline] = field(default_factory=dict)
+    _started: set[str] = field(default_factory=set)  # clients past their first exchange
 
     def model(self, name: str) -> ClientModel:
         return self.clients.get(name) or ClientModel()
 
     def client_s(self, name: str, compute_s: float, bytes_down: int, bytes_up: int) -> float:
-        """Virtual time of one exchange at virtual 0, round 1 (no faults), seconds."""
+        """Virtual time of one exchange at virtual 0, round 1 (no faults), seconds (the
+        client's first exchange carries ``startup_s``)."""
         return self.exchange(name, 0, 1, 0.0, compute_s, bytes_down, bytes_up).seconds
 
     def link(self, name: str) -> LinkTimeline:
@@ -174,12 +210,22 @@ class VirtualClock:
         fs = self.faults.state.get(name) if self.faults else None
         rng = np.random.default_rng([self.seed, rnd, pid])
         link = self.link(name)
-        t = link.transfer(start, down, rng)
+        t = start + (self.polls.pickup_wait(pid, start) if self.polls else 0.0)
+        t = link.transfer(t, down, rng)
         work = compute_s * c.stretch * (fs.slowdown(rnd) if fs else 1.0)
         t = advance_compute(fs.frozen, t, work) if fs else t + work
-        t = link.transfer(t, up, rng) + self.protocol_delay_s
+        t = link.transfer(t, up, rng) + self.protocol_delay_s + self._startup(name)
+        if self.polls:
+            self.polls.pushed(pid, t)
         lost = self.down_reason(name, start, min(t, start + 10 * self.deadline_s))
         return Exchange(t - start, lost)
+
+    def _startup(self, name: str) -> float:
+        """``startup_s`` on the client's first exchange of the run, else 0."""
+        if name in self._started:
+            return 0.0
+        self._started.add(name)
+        return self.startup_s
 
     def down_reason(self, name: str, a: float, b: float) -> str | None:
         """Why client ``name`` is down somewhere in virtual ``[a, b]`` (None: up)."""
@@ -190,4 +236,3 @@ class VirtualClock:
         if self.availability is not None:
             return self.availability.down_reason(name, a, b)
         return None
-

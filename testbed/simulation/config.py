@@ -8,6 +8,10 @@
       client_cpus: 1.0                 # Ray CPUs per ClientApp actor
       protocol_delay_s: null           # the clock's protocol term per exchange, seconds;
                                        # null: measured default of workload.fl.protocol_timing
+      startup_s: null                  # added to a client's first exchange, seconds;
+                                       # null: measured default of workload.fl.protocol_timing
+      poll_grid: false                 # play Flower's poll grids (SuperNode pulls, the
+                                       # ServerApp's reply polls) on the virtual clock
       availability:                    # per-client on/off trace (docs/simulation.md)
         path: experiments/traces/availability_diurnal.csv
         format: auto                   # intervals | fedscale | auto (by content)
@@ -44,5 +48,18 @@ class SimulationSpec(Frozen):
         ge=0,
         description="seconds added to every client exchange on the virtual clock (Flower's "
         "protocol time); null: the default measured for workload.fl.protocol_timing",
+    )
+    startup_s: float | None = Field(
+        None,
+        ge=0,
+        description="seconds added to a client's first train exchange of the run on the "
+        "virtual clock (a real node's first-round costs); null: the default measured for "
+        "workload.fl.protocol_timing",
+    )
+    poll_grid: bool = Field(
+        False,
+        description="play Flower's poll grids on the virtual clock (each SuperNode's pulls, "
+        "the ServerApp's reply polls; phases from the seed) instead of their expected "
+        "wait inside protocol_delay_s",
     )
     availability: AvailabilitySpec | None = None

@@ -24,6 +24,7 @@ from flwr.serverapp import Grid, ServerApp
 from nodes.fl.telemetry import Telemetry
 from testbed.simulation.clock import ClientModel, VirtualClock
 from testbed.simulation.grid import ClockedGrid
+from testbed.simulation.polls import PollGrid
 
 APP_DIR = Path(__file__).resolve().parents[2] / "nodes" / "fl" / "app"
 
@@ -69,6 +70,7 @@ def clock_of(settings: dict[str, Any], tel: Telemetry) -> VirtualClock:
     if c.get("availability"):
         a = c["availability"]
         avail = Availability(load_trace(a["path"], a["format"]), names, float(a["time_scale"]))
+    period = c.get("poll_period_s")
     return VirtualClock(
         clients,
         float(c["deadline_s"]),
@@ -76,6 +78,8 @@ def clock_of(settings: dict[str, Any], tel: Telemetry) -> VirtualClock:
         int(c["seed"]),
         faults,
         avail,
+        startup_s=float(c.get("startup_s", 0.0)),
+        polls=PollGrid(float(period), int(c["seed"])) if period else None,
     )
 
 

@@ -32,6 +32,7 @@ workload:
     round_timeout_s: {DEADLINE_S}
 simulation:  # device and link time only: the rounds' virtual lengths are the spec's
   protocol_delay_s: 0.0
+  startup_s: 0.0
 faults:
   - {{kind: crash, node: edge-5, at_round: 2}}
   # rounds with a late reply last the deadline: this covers rounds 3 and 4 exactly

@@ -1,0 +1,112 @@
+"""The clock's protocol terms (no Ray): the first-exchange start-up term and Flower's
+poll grids on virtual time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from testbed.simulation.clock import (
+    PROTOCOL_DELAY_S,
+    STARTUP_S,
+    ClientModel,
+    VirtualClock,
+    startup_s,
+)
+from testbed.simulation.polls import PollGrid, poll_period_s
+
+#: Relative tolerance of the clock's arithmetic (float rounding only).
+REL_TOL = 1e-9
+
+
+def test_startup_is_added_to_each_clients_first_exchange_only() -> None:
+    clock = VirtualClock(
+        {"a": ClientModel(latency_ms=50.0)}, deadline_s=60.0, protocol_delay_s=1.0, startup_s=2.5
+    )
+    base = 1.0 + 2 * 0.05 + 0.2  # delay + latency each way + compute
+    first = clock.exchange("a", 0, 1, 0.0, 0.2, 10, 10).seconds
+    again = clock.exchange("a", 0, 2, 10.0, 0.2, 10, 10).seconds
+    other = clock.exchange("b", 1, 2, 10.0, 0.2, 10, 10).seconds  # b's first: round 2
+    assert first == pytest.approx(base + 2.5, rel=REL_TOL)
+    assert again == pytest.approx(base, rel=REL_TOL)
+    assert other == pytest.approx(1.0 + 0.2 + 2.5, rel=REL_TOL)
+
+
+def test_startup_defaults_to_the_timing_and_an_explicit_value_wins() -> None:
+    assert startup_s("flower") == STARTUP_S["flower"] > 0
+    assert startup_s("fast") == STARTUP_S["fast"] > 0
+    assert startup_s("flower", 0.0) == 0.0
+    with pytest.raises(ValueError, match="simulation.startup_s"):
+        startup_s("grpc-bidi")
+
+
+def _clock_settings(tmp_path: Path, extra: str) -> dict[str, object]:
+    from testbed.backends.simulation import SimulationBackend
+    from testbed.planner import make_plan
+    from testbed.spec.loader import parse_spec
+
+    spec = parse_spec(
+        "name: d\nfleet:\n  nodes:\n    - {id: cloud, tier: cloud}\n"
+        "    - {id: edge, tier: edge}\nworkload:\n  fl:\n    rounds: 1\n" + extra
+    )
+    clock: dict[str, object] = SimulationBackend(make_plan(spec), tmp_path).settings({})["clock"]
+    return clock
+
+
+def test_backend_settings_carry_startup_and_poll_grid(tmp_path: Path) -> None:
+    c = _clock_settings(tmp_path, "")
+    assert (c["startup_s"], c["poll_period_s"]) == (STARTUP_S["flower"], None)
+    c = _clock_settings(tmp_path, "    protocol_timing: fast\nsimulation: {startup_s: 0.3}\n")
+    assert c["startup_s"] == 0.3 and c["protocol_delay_s"] == PROTOCOL_DELAY_S["fast"]
+    # the grid plays the two polls: the default delay loses their expected sum (a period)
+    c = _clock_settings(tmp_path, "simulation: {poll_grid: true}\n")
+    assert c["poll_period_s"] == 3.0
+    assert c["protocol_delay_s"] == pytest.approx(PROTOCOL_DELAY_S["flower"] - 3.0)
+    c = _clock_settings(tmp_path, "simulation: {poll_grid: true, protocol_delay_s: 1.5}\n")
+    assert c["protocol_delay_s"] == 1.5  # an explicit delay is kept
+
+
+def test_poll_period_is_flowers_hard_coded_wait() -> None:
+    assert poll_period_s("flower") == 3.0
+    assert poll_period_s("fast") == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="protocol_timing"):
+        poll_period_s("grpc-bidi")
+    with pytest.raises(ValueError, match="period_s"):
+        PollGrid(0.0)
+
+
+def test_pickup_waits_for_the_supernodes_next_pull() -> None:
+    grid = PollGrid(3.0, phases={0: 1.0})
+    assert grid.pickup_wait(0, 0.0) == pytest.approx(1.0)
+    assert grid.pickup_wait(0, 1.0) == pytest.approx(0.0)  # a pull at the push instant
+    assert grid.pickup_wait(0, 1.5) == pytest.approx(2.5)
+    grid.pushed(0, 7.2)  # the SuperNode pulls again right after its reply: phase 1.2
+    assert grid.pickup_wait(0, 9.0) == pytest.approx(1.2)  # next pull at 10.2
+
+
+def test_first_phases_come_from_the_seed() -> None:
+    a, b, c = PollGrid(3.0, seed=11), PollGrid(3.0, seed=11), PollGrid(3.0, seed=12)
+    phases = [a.phase(p) for p in range(20)]
+    assert phases == [b.phase(p) for p in range(20)]
+    assert phases != [c.phase(p) for p in range(20)]
+    assert all(0.0 <= x < 3.0 for x in phases)
+    assert max(phases) - min(phases) > 1.5  # spread over the period, not one value
+
+
+def test_round_ends_at_the_serverapps_next_reply_poll() -> None:
+    grid = PollGrid(3.0)
+    assert grid.round_end(0.0) == 0.0
+    assert grid.round_end(0.4) == pytest.approx(3.0)
+    assert grid.round_end(3.0) == pytest.approx(3.0)  # a reply at a poll is seen there
+    assert grid.round_end(7.9) == pytest.approx(9.0)
+
+
+def test_clock_exchange_waits_for_the_pull_and_moves_the_phase() -> None:
+    polls = PollGrid(3.0, phases={0: 1.0})
+    clock = VirtualClock({}, deadline_s=60.0, protocol_delay_s=0.25, polls=polls)
+    # pull at 1.0, then 0.5 s compute and the 0.25 s delay: reply at 1.75
+    assert clock.exchange("a", 0, 1, 0.0, 0.5, 0, 0).seconds == pytest.approx(1.75)
+    assert polls.phases[0] == pytest.approx(1.75)
+    # round 2 pushed at 3.0: next pull at 4.75
+    assert clock.exchange("a", 0, 2, 3.0, 0.5, 0, 0).seconds == pytest.approx(1.75 + 0.75)

@@ -93,7 +93,8 @@ def plot_all(rows: list[dict], spec, tasks, out_dir: pathlib.Path) -> list[str]:
                         label=f"{sc}, K={k}")
     ax.set_xlabel("SNR per receive antenna [dB]")
     ax.set_ylabel("mean test accuracy over tasks")
-    ax.set_title(f"Accuracy vs SNR (measured, simulated {channel})", fontsize=9)
+    ax.set_title(f"Accuracy vs SNR (measured, simulated {channel};\n"
+                 "mean +- std over training seeds)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()

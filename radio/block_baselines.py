@@ -4,7 +4,7 @@ Both answer a question about :class:`radio.semantic.SemanticMuxSystem` at EQUAL 
 uses, load (``S * L`` complex symbols) and transmit power:
 
 * :class:`OrthogonalBlockSystem` (``orthogonal_equal``): the block is split orthogonally,
-  every task gets its own ``S * L / K`` resource elements (streams first, then time), one
+  every task gets its own ``floor(S * L / K)`` resource elements (streams first, then time), one
   analogue semantic stream per task as in :class:`radio.baselines.OrthogonalStreamsSystem`.
   Does merging beat dividing the same resources?
 * :class:`JointEncoderSystem` (``joint_encoder``): ONE encoder reads all K inputs
@@ -24,7 +24,7 @@ from torch import nn
 
 from radio.baselines import OrthogonalStreamsSystem
 from radio.channel import block_res
-from radio.semantic import SemanticMultiplexer, SemanticMuxSystem, TaskEncoder
+from radio.semantic import SemanticMultiplexer, SemanticMuxSystem, TaskEncoder, normalize_power
 
 __all__ = ["OrthogonalBlockSystem", "JointEncoderSystem", "joint_hidden_dim"]
 
@@ -32,11 +32,13 @@ __all__ = ["OrthogonalBlockSystem", "JointEncoderSystem", "joint_hidden_dim"]
 class OrthogonalBlockSystem(OrthogonalStreamsSystem):
     """Orthogonal split of ONE ``S x L`` block between K tasks (equal channel uses).
 
-    Task k sends ``n = S * L / K`` complex symbols at unit average power on the resource
-    elements ``k*n .. (k+1)*n - 1`` of the block flattened stream by stream (K = 2 on
-    4 x 8: two streams each; K = 4: one stream each; K = 8: half a stream each). All K
-    tasks' symbols go out in the same L channel uses; the receiver equalises the block once
-    (LMMSE) and each task's decoder reads its own resource elements.
+    Task k sends ``n = floor(S * L / K)`` complex symbols on the resource elements
+    ``k*n .. (k+1)*n - 1`` of the block flattened stream by stream (K = 2 on 4 x 8: two
+    streams each; K = 4: one stream each; K = 8: half a stream each). The ``S*L mod K``
+    resource elements left over (K = 3: 2 of 32) stay empty and the block is scaled to unit
+    average power, so it carries the multiplexer's energy. All K tasks' symbols go out in
+    the same L channel uses; the receiver equalises the block once (LMMSE) and each task's
+    decoder reads its own resource elements.
 
     Parameters
     ----------
@@ -53,7 +55,7 @@ class OrthogonalBlockSystem(OrthogonalStreamsSystem):
     Raises
     ------
     ValueError
-        If ``S * L`` is not a multiple of K.
+        If the block has fewer than K resource elements (``S * L < K``).
     """
 
     def __init__(
@@ -68,10 +70,10 @@ class OrthogonalBlockSystem(OrthogonalStreamsSystem):
         channel: Block,
     ):
         k = len(input_dims)
-        if (num_streams * num_uses) % k:
+        if num_streams * num_uses < k:
             raise ValueError(
                 f"mux_channel_uses: orthogonal_equal splits {num_streams} streams x "
-                f"{num_uses} uses between K={k} tasks; S*L must be a multiple of K"
+                f"{num_uses} uses between K={k} tasks; needs S*L >= K"
             )
         per_task = num_streams * num_uses // k
         super().__init__(input_dims, num_classes, latent_dim, hidden_dim, num_streams,
@@ -91,9 +93,13 @@ class OrthogonalBlockSystem(OrthogonalStreamsSystem):
     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per-task symbols [K][B, 1, n] -> one block [B, S, L] -> per-task (x_hat, no_eff)
         [B, n] each."""
-        b = syms[0].shape[0]
-        block = torch.cat(syms, dim=2).reshape(b, self.num_streams, self.block_uses)
+        b, used = syms[0].shape[0], self.k * self.uses
+        flat = torch.cat(syms, dim=2)[:, 0]  # [B, K*n]
+        empty = self.num_streams * self.block_uses - used
+        flat = torch.cat([flat, flat.new_zeros(b, empty)], dim=1)
+        block = normalize_power(flat.reshape(b, self.num_streams, self.block_uses))
         xh, ne = self.channel(block, block_res(h, 0, self.block_uses), no)
+        xh, ne = xh.flatten(1)[:, :used], ne.flatten(1)[:, :used]
         xh, ne = xh.reshape(b, self.k, self.uses), ne.reshape(b, self.k, self.uses)
         return [(xh[:, i], ne[:, i]) for i in range(self.k)]
 

@@ -247,12 +247,11 @@ class SemanticMuxSpec(Frozen):
                 f"{self.train_snr_max_db}"
             )
         block = self.num_tx_antennas * self.mux_channel_uses
-        uneven = [k for k in self.num_tasks_list if block % k]
-        if "orthogonal_equal" in self.schemes and uneven:
+        if "orthogonal_equal" in self.schemes and block < max(self.num_tasks_list):
             errors.append(
                 f"mux_channel_uses: orthogonal_equal splits num_tx_antennas x "
-                f"mux_channel_uses = {block} resource elements equally between K tasks; "
-                f"not a multiple of K={uneven}"
+                f"mux_channel_uses = {block} resource elements between K tasks; needs at "
+                f"least K={max(self.num_tasks_list)}"
             )
         if self.channel_model == "flat" and self.train_channel != "same":
             errors.append("train_channel: must be 'same' when channel_model is 'flat'")

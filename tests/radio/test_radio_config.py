@@ -50,7 +50,7 @@ def test_defaults_and_yaml(root):
         ({"schemes": ["semantic_mux", "tdma"]}, "schemes"),
         ({"schemes": ["orthogonal", "bit_level"]}, "schemes"),
         ({"schemes": ["semantic_mux", "orthogonal", "semantic_mux"]}, "schemes"),
-        ({"mux_channel_uses": 3, "num_tasks_list": [8]}, "mux_channel_uses"),
+        ({"mux_channel_uses": 1, "num_tasks_list": [8]}, "mux_channel_uses"),
     ],
 )
 def test_errors_name_the_field(kwargs, field):
@@ -77,10 +77,10 @@ def test_config_imports_nothing_heavy():
 def test_seeds_and_schemes_accepted():
     spec = SemanticMuxSpec(seeds=[3, 1, 2], schemes=["semantic_mux", "bit_level"])
     assert spec.seeds == (3, 1, 2) and spec.schemes == ("semantic_mux", "bit_level")
-    # orthogonal_equal needs S*L divisible by K only when it is one of the schemes
-    spec = SemanticMuxSpec(mux_channel_uses=3, num_tasks_list=[8],
+    # orthogonal_equal needs S*L >= K only when it is one of the schemes
+    spec = SemanticMuxSpec(mux_channel_uses=1, num_tasks_list=[8],
                            schemes=["semantic_mux", "orthogonal"])
-    assert spec.mux_channel_uses == 3
+    assert spec.mux_channel_uses == 1
     # a user scheme by dotted path is imported and checked at load time
     user = "radio.schemes:BUILTIN.orthogonal"
     assert user in SemanticMuxSpec(schemes=["semantic_mux", user]).schemes

@@ -67,9 +67,28 @@ def test_orthogonal_equal_puts_each_task_on_its_own_res(rt, k, per_task):
     assert (rx[1][0] - syms[0][:, 0]).abs().norm() / syms[0].abs().norm() > 0.5
 
 
-def test_orthogonal_equal_refuses_an_uneven_split():
-    with pytest.raises(ValueError, match="between K=3 tasks; S\\*L must be a multiple of K"):
-        OrthogonalBlockSystem([64] * 3, [2] * 3, 16, 32, 4, 8, False, MIMOChannel("flat"))
+def test_orthogonal_equal_uneven_split_leaves_res_empty(rt):
+    """K = 3 on 4 x 8: 10 REs per task, 2 empty, the block at unit power."""
+    ch = MIMOChannel("flat")
+    sys_ = OrthogonalBlockSystem([64] * 3, [2] * 3, 16, 32, 4, 8, False, ch)
+    assert (sys_.uses, sys_.channel_uses()) == (10, 8)
+    seen = []
+    ch_call = ch.call
+
+    def spy(x, h, no):
+        seen.append(x)
+        return ch_call(x, h, no)
+
+    ch.call = spy
+    xs = [torch.randn(5, 64) for _ in range(3)]
+    with torch.no_grad():
+        rx = sys_.propagate(sys_.transmit(xs)[0], ch.generate(5, 1), torch.full((5,), 0.1))
+    block = seen[0]
+    assert tuple(block.shape) == (5, 4, 8) and [tuple(x.shape) for x, _ in rx] == [(5, 10)] * 3
+    assert torch.all(block.flatten(1)[:, 30:] == 0)
+    assert torch.allclose(block.abs().square().mean(dim=(1, 2)), torch.ones(5), atol=1e-5)
+    with pytest.raises(ValueError, match="between K=3 tasks; needs S\\*L >= K"):
+        OrthogonalBlockSystem([64] * 3, [2] * 3, 16, 32, 1, 2, False, ch)
 
 
 def test_joint_encoder_reads_all_inputs_and_trains(rt):

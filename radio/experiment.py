@@ -28,7 +28,6 @@ import json
 import math
 import pathlib
 import platform
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,36 +48,6 @@ def _build(scheme: str, spec: SemanticMuxSpec, tasks, channel):
     from radio.schemes import build_scheme
 
     return build_scheme(scheme, spec, tasks, channel)
-
-
-def _measure_compute_s(system, data, h, batch: int, reps: int) -> dict:
-    """Median wall time [s] per inference of transmit and receive processing (measured).
-
-    The channel itself (simulation) and the LMMSE equaliser (identical for all schemes)
-    are excluded; encoders, multiplexer/precoder, LDPC encoding, QAM mapping, demapping,
-    LDPC decoding, demultiplexer and task heads are included.
-    """
-    import torch
-
-    from radio.channel import snr_db_to_no
-
-    xs, _ = data.test_batch(0, batch)
-    no = snr_db_to_no(torch.full((batch,), 10.0, device=h.device))
-    tx_t, rx_t = [], []
-    with torch.no_grad():
-        for r in range(reps + 1):
-            t0 = time.perf_counter()
-            out = system.transmit(xs)
-            t1 = time.perf_counter()
-            sym = out[0] if isinstance(out, tuple) else out
-            rx = system.propagate(sym, h[:batch], no)
-            t2 = time.perf_counter()
-            system.receive(rx)
-            t3 = time.perf_counter()
-            if r:  # the first repetition warms up
-                tx_t.append((t1 - t0) / batch)
-                rx_t.append((t3 - t2) / batch)
-    return {"tx_s": statistics.median(tx_t), "rx_s": statistics.median(rx_t)}
 
 
 class _Rows:
@@ -184,7 +153,7 @@ def _run_job(
 
     ``base`` and ``span`` place the job in the overall progress [0, 1].
     """
-    from radio.train import evaluate_system, train_system
+    from radio.train import evaluate_system, measure_compute_s, train_system
 
     spec, emit = st.spec, out.emit
     data = st.data_all.subset(k)
@@ -209,7 +178,7 @@ def _run_job(
         for t, a in zip(st.tasks[:k], acc, strict=True):
             emit("accuracy", a, "measured", "fraction", scheme, k, snr, t.name)
         emit("mean_accuracy", sum(acc) / k, "measured", "fraction", scheme, k, snr)
-    comp = _measure_compute_s(system, data, st.h_eval, spec.latency_batch_size,
+    comp = measure_compute_s(system, data, st.h_eval, spec.latency_batch_size,
                               reps=5 if spec.quick else 20)
     uses = system.channel_uses()
     load = uses * system.active_streams()

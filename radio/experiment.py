@@ -352,7 +352,8 @@ def run_semantic_mux(
 
     say("plotting", 0.99)
     plots = plot_all(rows, spec, st.tasks, out_dir)
-    meta = {**_meta(st, seeds[0]), "run_seed": seed, "seeds": seeds,
+    # tasks (chance accuracies) and evaluation sizes are those of the last seed's split
+    meta = {**_meta(st, seed), "run_seed": seed, "seeds": seeds, "tasks_from_seed": seeds[-1],
             "seed_wall_time_s": seed_wall}
     wall = time.perf_counter() - t_start
     ratios = {f"K={r['num_tasks']} {r['scheme']} {r['name'].removeprefix('ratio_')}": r["value"]

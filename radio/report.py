@@ -28,7 +28,7 @@ def _row(rows: list[Row], name: str, **kw: Any) -> Row:
 def _cell(r: Row, fmt: str = ".3f", scale: float = 1.0) -> str:
     """``mean ± std`` of an aggregate row (mean only without a spread)."""
     text = f"{r['value'] * scale:{fmt}}"
-    if r.get("std") is not None:
+    if r.get("std") is not None and not (fmt == ".0f" and r["std"] == 0):  # counts: no "± 0"
         text += f" ± {r['std'] * scale:{fmt}}"
     return text
 
@@ -50,10 +50,10 @@ def _accuracy(rows: list[Row], schemes: list[str], ks: list[int], snrs: list[flo
 
 
 def _per_task(rows: list[Row], schemes: list[str], tasks: list[Row], k: int,
-              snr: float) -> list[str]:
+              snr: float, seed: int) -> list[str]:
     names = [t["name"] for t in tasks][:k]
     out = _header([f"scheme (K={k}, {snr:g} dB)", *names])
-    out.append("| chance (majority class, seed of the meta) | "
+    out.append(f"| chance (majority class, seed {seed}'s test split) | "
                + " | ".join(f"{t['chance_accuracy']:.3f}" for t in tasks[:k]) + " |")
     for sc in schemes:
         cells = [_cell(_row(rows, "accuracy", scheme=sc, num_tasks=k, snr_db=snr, task=n))
@@ -109,7 +109,8 @@ def results_markdown(path: str | Path) -> str:
            f"\n### Accuracy of task '{first}' (measured; {spread})\n",
            *_accuracy(rows, schemes, ks, snrs, first),
            f"\n### Per-task accuracy at the highest SNR (measured; {spread})\n",
-           *_per_task(rows, schemes, meta["tasks"], max(ks), max(snrs)),
+           *_per_task(rows, schemes, meta["tasks"], max(ks), max(snrs),
+                     meta.get("tasks_from_seed", meta["seed"])),
            f"\n### Cost per inference, all K tasks ({spread})\n",
            *_cost(rows, schemes, ks),
            f"\n### Ratios baseline / semantic_mux (> 1: the multiplexer is cheaper; {spread})\n",

@@ -78,7 +78,8 @@ def test_seeds_give_mean_and_spread(tmp_path):
     summary = run_semantic_mux(spec, 123, tmp_path, reported.append)
     assert summary["seeds"] == [4, 7]
     doc = json.loads((tmp_path / "results.json").read_text())
-    assert (doc["meta"]["seeds"], doc["meta"]["run_seed"]) == ([4, 7], 123)
+    meta = doc["meta"]
+    assert (meta["seeds"], meta["run_seed"], meta["tasks_from_seed"]) == ([4, 7], 123, 7)
     seed_rows, rows = doc["seed_rows"], doc["rows"]
     assert {r["seed"] for r in seed_rows} == {4, 7} and len(seed_rows) == 2 * len(rows)
     for s in (4, 7):  # written after each seed, so a run that dies keeps them
@@ -100,3 +101,4 @@ def test_seeds_give_mean_and_spread(tmp_path):
     assert uses == {"semantic_mux": 32.0, "orthogonal_equal": 32.0}
     md = results_markdown(tmp_path / "results.json")
     assert "over 2 training seeds [4, 7]" in md and " ± " in md and "orthogonal_equal" in md
+    assert "seed 7's test split" in md and "| 32 |" in md  # counts without "± 0"

@@ -9,10 +9,12 @@ sample standard deviation (ddof = 1; ``None`` with one seed), ``num_seeds`` and
 
 from __future__ import annotations
 
+import json
 import statistics
+from pathlib import Path
 from typing import Any
 
-__all__ = ["GROUP_KEYS", "aggregate_rows"]
+__all__ = ["GROUP_KEYS", "aggregate_rows", "combine_seed_files"]
 
 #: The fields that identify one quantity across seeds.
 GROUP_KEYS: tuple[str, ...] = ("name", "scheme", "num_tasks", "snr_db", "task")
@@ -42,3 +44,31 @@ def aggregate_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append({**members[0], "value": statistics.fmean(values), "seed": None,
                     "std": std, "num_seeds": len(values)})
     return out
+
+
+def combine_seed_files(folder: str | Path) -> dict[str, Any]:
+    """A ``results.json``-shaped document from the ``results_seed<N>.json`` files of a run
+    folder: what a run that was stopped before its last seed leaves.
+
+    Returns
+    -------
+    dict
+        ``meta`` (the last seed's, with ``seeds`` = the seeds found and
+        ``tasks_from_seed``), ``rows`` (aggregates) and ``seed_rows``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the folder holds no per-seed file.
+    """
+    files = sorted(Path(folder).glob("results_seed*.json"),
+                   key=lambda f: int(f.stem.removeprefix("results_seed")))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no results_seed<N>.json")
+    docs = [json.loads(f.read_text()) for f in files]
+    seed_rows = [r for d in docs for r in d["rows"]]
+    seeds = [d["meta"]["seed"] for d in docs]
+    meta = {**docs[-1]["meta"], "seeds": seeds, "tasks_from_seed": seeds[-1],
+            "seed_wall_time_s": {str(s): d.get("wall_time_s") for s, d in zip(seeds, docs,
+                                                                                strict=True)}}
+    return {"meta": meta, "rows": aggregate_rows(seed_rows), "seed_rows": seed_rows}

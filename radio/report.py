@@ -4,6 +4,7 @@ Every cell is the mean over the run's training seeds followed by ``± sample std
 spread is printed for a single seed). Usage::
 
     python -m radio.report runs/<run-id>/results.json
+    python -m radio.report runs/<run-id>/   # a run stopped early: its results_seed<N>.json
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from radio.aggregate import combine_seed_files
 
 __all__ = ["results_markdown"]
 
@@ -95,15 +98,24 @@ def _ratios(rows: list[Row], schemes: list[str], ks: list[int]) -> list[str]:
 
 
 def results_markdown(path: str | Path) -> str:
-    """Render the accuracy, cost and ratio tables of one run as Markdown."""
-    doc = json.loads(Path(path).read_text())
+    """Render the accuracy, cost and ratio tables of one run as Markdown.
+
+    ``path`` is a ``results.json`` or a run folder; a folder without ``results.json`` (a
+    run stopped before its last seed) is read from its ``results_seed<N>.json`` files.
+    """
+    path = Path(path)
+    if path.is_dir() and not (path / "results.json").exists():
+        doc = combine_seed_files(path)
+    else:
+        doc = json.loads((path / "results.json" if path.is_dir() else path).read_text())
     rows, meta = doc["rows"], doc["meta"]
     spec = meta["spec"]
     ks, snrs = spec["num_tasks_list"], spec["snr_db_list"]
     schemes = list(spec.get("schemes") or ("semantic_mux", "orthogonal", "bit_level"))
     seeds = meta.get("seeds", [meta["seed"]])
     first = meta["tasks"][0]["name"]
-    spread = f"mean ± sample std over {len(seeds)} training seeds {seeds}"
+    spread = (f"mean ± sample std over {len(seeds)} training seeds {seeds}" if len(seeds) > 1
+              else f"one training seed {seeds}, no spread")
     out = [f"### Mean accuracy over the K tasks (measured; {spread})\n",
            *_accuracy(rows, schemes, ks, snrs, None),
            f"\n### Accuracy of task '{first}' (measured; {spread})\n",

@@ -102,3 +102,10 @@ def test_seeds_give_mean_and_spread(tmp_path):
     md = results_markdown(tmp_path / "results.json")
     assert "over 2 training seeds [4, 7]" in md and " ± " in md and "orthogonal_equal" in md
     assert "seed 7's test split" in md and "| 32 |" in md  # counts without "± 0"
+    # a run stopped after its first seed: the tables come from results_seed4.json alone
+    (tmp_path / "results.json").unlink()
+    (tmp_path / "results_seed7.json").unlink()
+    partial = results_markdown(tmp_path)
+    assert "one training seed [4], no spread" in partial and " ± " not in partial
+    first = [r for r in seed_rows if r["seed"] == 4 and r["name"] == "mean_accuracy"][0]
+    assert f"| {first['value']:.3f} |" in partial

@@ -22,6 +22,7 @@ from pydantic import Field, field_validator, model_validator
 
 from nodes.frozen import Frozen
 from radio.channel_models import CHANNEL_MODELS
+from radio.scheme_registry import BUILTIN_SCHEMES, SCHEMES
 from radio.task_registry import DIGITS_TASKS, TASK_BUILDERS
 
 __all__ = [
@@ -32,6 +33,9 @@ __all__ = [
     "MmwaveSegment",
     "SemanticMuxSpec",
 ]
+
+#: Most training seeds one run may sweep.
+MAX_SEEDS = 20
 
 #: 3GPP NR numerologies (TS 38.211 4.2): subcarrier spacing in Hz.
 NR_SUBCARRIER_SPACINGS_HZ: tuple[float, ...] = (15e3, 30e3, 60e3, 120e3, 240e3)
@@ -97,6 +101,8 @@ class SemanticMuxSpec(Frozen):
     # --- run size -----------------------------------------------------------------------
     quick: bool = False
     device: str = "auto"
+    seeds: tuple[int, ...] | None = None  # training seeds; None: the run's seed only
+    schemes: tuple[str, ...] = BUILTIN_SCHEMES
 
     # --- channel / numerology ------------------------------------------------------------
     carrier_frequency_hz: float = Field(28e9, ge=0.5e9, le=100e9)
@@ -180,6 +186,33 @@ class SemanticMuxSpec(Frozen):
             raise ValueError("tasks: at least one task is required")
         return v
 
+    @field_validator("seeds")
+    @classmethod
+    def _check_seeds(cls, v: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if v is None:
+            return v
+        if not v or len(v) > MAX_SEEDS or any(s < 0 for s in v) or len(set(v)) != len(v):
+            raise ValueError(
+                f"seeds: 1 to {MAX_SEEDS} distinct non-negative integers (or null: the "
+                f"run's seed), got {list(v)}"
+            )
+        return v
+
+    @field_validator("schemes")
+    @classmethod
+    def _check_schemes(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for name in v:
+            try:
+                SCHEMES.check(name)
+            except ValueError as exc:
+                raise ValueError(f"schemes: {exc}") from None
+        if "semantic_mux" not in v or len(set(v)) != len(v):
+            raise ValueError(
+                f"schemes: each scheme once, 'semantic_mux' among them (the ratios are "
+                f"baseline / semantic_mux), got {list(v)}"
+            )
+        return v
+
     @field_validator("num_tasks_list")
     @classmethod
     def _check_num_tasks(cls, v: tuple[int, ...]) -> tuple[int, ...]:
@@ -212,6 +245,13 @@ class SemanticMuxSpec(Frozen):
             errors.append(
                 f"train_snr_min_db: {self.train_snr_min_db} exceeds train_snr_max_db "
                 f"{self.train_snr_max_db}"
+            )
+        block = self.num_tx_antennas * self.mux_channel_uses
+        if "orthogonal_equal" in self.schemes and block < max(self.num_tasks_list):
+            errors.append(
+                f"mux_channel_uses: orthogonal_equal splits num_tx_antennas x "
+                f"mux_channel_uses = {block} resource elements between K tasks; needs at "
+                f"least K={max(self.num_tasks_list)}"
             )
         if self.channel_model == "flat" and self.train_channel != "same":
             errors.append("train_channel: must be 'same' when channel_model is 'flat'")

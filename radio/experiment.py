@@ -1,17 +1,24 @@
 """Runner of the semantic-multiplexing experiment (issue 6): ``run_semantic_mux``.
 
-For every K in ``num_tasks_list`` it trains three schemes on the first K tasks, through the
+For every training seed (``seeds``, or the run's seed) and every K in ``num_tasks_list`` it
+trains the registered ``schemes`` (``radio/schemes.py``) on the first K tasks, through the
 configured channel (a bank of Sionna realisations), and evaluates them on fresh
 realisations at every SNR of ``snr_db_list``:
 
 * ``semantic_mux``: K tasks merged into ONE representation on S streams x L channel uses;
+* ``joint_encoder``: one encoder over all K inputs, the same block and receiver;
+* ``orthogonal_equal``: the same block split orthogonally between the K tasks;
 * ``orthogonal``: baseline (a), one semantic stream per task, streams then time slots;
 * ``bit_level``: baseline (b), quantised features, 5G LDPC, QAM, LMMSE, decode.
 
-It writes ``results.json``, ``results.csv`` and three PNG plots to ``out_dir``, reports
-every metric row through ``report`` and returns a summary. Every row has ``kind``:
-``measured`` (accuracy on the simulated channel, compute time, channel-use counts) or
-``modelled`` (airtime from the numerology, latency including airtime, energy).
+A seed drives everything random of its repetition: data split, channel banks, noise, data
+order and weights. Per-seed rows carry their ``seed``; the aggregate rows (mean, sample
+std, ``num_seeds``; ``radio/aggregate.py``) are reported through ``report`` when all seeds
+are done and are ``rows`` of ``results.json`` (``seed_rows`` holds the per-seed ones; after
+each seed ``results_seed<N>.json`` is written, so a run that dies keeps finished seeds).
+``results.csv`` holds both kinds. Every row has ``kind``: ``measured`` (accuracy on the
+simulated channel, compute time, channel-use counts, parameter counts) or ``modelled``
+(airtime from the numerology, latency including airtime, energy).
 """
 
 from __future__ import annotations
@@ -21,88 +28,49 @@ import json
 import math
 import pathlib
 import platform
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from radio.aggregate import aggregate_rows
 from radio.config import SemanticMuxSpec
+from radio.scheme_registry import BUILTIN_SCHEMES
 
 __all__ = ["run_semantic_mux", "SCHEMES"]
 
-SCHEMES = ("semantic_mux", "orthogonal", "bit_level")
+#: The built-in schemes (the registry ``radio.scheme_registry.SCHEMES`` takes user ones).
+SCHEMES = BUILTIN_SCHEMES
 
 
 def _build(scheme: str, spec: SemanticMuxSpec, tasks, channel):
-    from radio.baselines import BitLevelSystem, OrthogonalStreamsSystem
-    from radio.semantic import SemanticMuxSystem
+    """The registered scheme ``scheme`` for ``tasks`` on ``channel`` (untrained)."""
+    from radio.schemes import build_scheme
 
-    dims = [t.input_dim for t in tasks]
-    cls = [t.num_classes for t in tasks]
-    s = spec.num_tx_antennas
-    vib = spec.vib_beta > 0
-    if scheme == "semantic_mux":
-        return SemanticMuxSystem(
-            dims, cls, spec.latent_dim, spec.hidden_dim, s, spec.mux_channel_uses, vib, channel
-        )
-    if scheme == "orthogonal":
-        return OrthogonalStreamsSystem(
-            dims, cls, spec.latent_dim, spec.hidden_dim, s,
-            spec.orthogonal_channel_uses_per_task, vib, channel,
-        )
-    b = spec.bit_baseline
-    return BitLevelSystem(
-        dims, cls, b.feature_dim, spec.hidden_dim, b.quantization_bits, b.ldpc_code_rate,
-        b.qam_bits_per_symbol, b.ldpc_num_iterations, s, channel,
-    )
-
-
-def _measure_compute_s(system, data, h, batch: int, reps: int) -> dict:
-    """Median wall time [s] per inference of transmit and receive processing (measured).
-
-    The channel itself (simulation) and the LMMSE equaliser (identical for all schemes)
-    are excluded; encoders, multiplexer/precoder, LDPC encoding, QAM mapping, demapping,
-    LDPC decoding, demultiplexer and task heads are included.
-    """
-    import torch
-
-    from radio.channel import snr_db_to_no
-
-    xs, _ = data.test_batch(0, batch)
-    no = snr_db_to_no(torch.full((batch,), 10.0, device=h.device))
-    tx_t, rx_t = [], []
-    with torch.no_grad():
-        for r in range(reps + 1):
-            t0 = time.perf_counter()
-            out = system.transmit(xs)
-            t1 = time.perf_counter()
-            sym = out[0] if isinstance(out, tuple) else out
-            rx = system.propagate(sym, h[:batch], no)
-            t2 = time.perf_counter()
-            system.receive(rx)
-            t3 = time.perf_counter()
-            if r:  # the first repetition warms up
-                tx_t.append((t1 - t0) / batch)
-                rx_t.append((t3 - t2) / batch)
-    return {"tx_s": statistics.median(tx_t), "rx_s": statistics.median(rx_t)}
+    return build_scheme(scheme, spec, tasks, channel)
 
 
 class _Rows:
     """The run's metric rows; each is also reported (``report``) as it is made."""
 
-    def __init__(self, report: Callable[[dict], None] | None) -> None:
+    def __init__(self, seed: int) -> None:
         self.rows: list[dict] = []
-        self.report = report
+        self.seed = seed
 
     def emit(self, name, value, kind, unit, scheme, k, snr=None, task=None) -> None:
-        row = {"name": name, "value": float(value), "kind": kind, "unit": unit,
-               "scheme": scheme, "num_tasks": k, "snr_db": snr, "task": task}
-        self.rows.append(row)
-        if self.report:
-            tags = {key: v for key, v in row.items() if key not in ("name", "value")}
-            self.report({"name": name, "value": float(value), "step": None, "node": None,
-                         "tags": tags})
+        self.rows.append({"name": name, "value": float(value), "kind": kind, "unit": unit,
+                          "scheme": scheme, "num_tasks": k, "snr_db": snr, "task": task,
+                          "seed": self.seed})
+
+
+def _report_rows(rows: list[dict], report: Callable[[dict], None] | None) -> None:
+    """Report every row as ``{"name", "value", "step", "node", "tags"}``."""
+    if report is None:
+        return
+    for row in rows:
+        tags = {key: v for key, v in row.items() if key not in ("name", "value")}
+        report({"name": row["name"], "value": float(row["value"]), "step": None,
+                "node": None, "tags": tags})
 
 
 @dataclass
@@ -185,7 +153,7 @@ def _run_job(
 
     ``base`` and ``span`` place the job in the overall progress [0, 1].
     """
-    from radio.train import evaluate_system, train_system
+    from radio.train import evaluate_system, measure_compute_s, train_system
 
     spec, emit = st.spec, out.emit
     data = st.data_all.subset(k)
@@ -199,6 +167,8 @@ def _run_job(
     tr = train_system(system, data, st.cfg, st.h_train, st.gen, progress=train_progress)
     system.channel = st.channel
     emit("train_time_s", tr["train_time_s"], "measured", "s", scheme, k)
+    emit("num_parameters", sum(p.numel() for p in system.parameters()), "measured",
+         "trainable parameters", scheme, k)
     emit("train_final_loss", tr["final_loss"], "measured", "nats", scheme, k)
     say(f"evaluating {scheme}, K={k}", base + 0.7 * span)
     acc_by_snr = {}
@@ -208,7 +178,7 @@ def _run_job(
         for t, a in zip(st.tasks[:k], acc, strict=True):
             emit("accuracy", a, "measured", "fraction", scheme, k, snr, t.name)
         emit("mean_accuracy", sum(acc) / k, "measured", "fraction", scheme, k, snr)
-    comp = _measure_compute_s(system, data, st.h_eval, spec.latency_batch_size,
+    comp = measure_compute_s(system, data, st.h_eval, spec.latency_batch_size,
                               reps=5 if spec.quick else 20)
     uses = system.channel_uses()
     load = uses * system.active_streams()
@@ -239,7 +209,7 @@ def _ratios(spec: SemanticMuxSpec, per_scheme: dict, out: _Rows) -> dict:
     ratios = {}
     for k in spec.num_tasks_list:
         mux = per_scheme[(k, "semantic_mux")]
-        for baseline in ("orthogonal", "bit_level"):
+        for baseline in (sc for sc in spec.schemes if sc != "semantic_mux"):
             b = per_scheme[(k, baseline)]
             for key, kind in (("latency_s", "modelled"), ("energy_j", "modelled"),
                               ("load_symbols", "measured"), ("channel_uses", "measured"),
@@ -293,6 +263,36 @@ def _meta(st: _Setup, seed: int) -> dict:
     }
 
 
+def _run_seed(
+    spec: SemanticMuxSpec, seed: int, say: Callable[[str, float], None]
+) -> tuple[_Setup, list[dict], dict]:
+    """One repetition with ``seed``: every scheme at every K; returns the setup, the
+    seed's rows and its ratios (baseline / semantic_mux)."""
+    st = _prepare(spec, seed, say)
+    out = _Rows(seed)
+    jobs = [(k, sc) for k in spec.num_tasks_list for sc in spec.schemes]
+    per_scheme: dict[tuple[int, str], dict] = {}
+    for j, (k, scheme) in enumerate(jobs):
+        base = 0.08 + 0.9 * j / len(jobs)
+        per_scheme[(k, scheme)] = _run_job(st, k, scheme, out, say, base, 0.9 / len(jobs))
+    ratios = _ratios(spec, per_scheme, out)
+    _first_task_drop(spec, per_scheme, st.tasks, out)
+    return st, out.rows, ratios
+
+
+def _write_json(path: pathlib.Path, doc: dict) -> None:
+    with path.open("w") as fh:
+        json.dump(doc, fh, indent=1)
+
+
+def _write_csv(path: pathlib.Path, rows: list[dict]) -> None:
+    fields = list(dict.fromkeys(key for r in rows for key in r))
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+
+
 def run_semantic_mux(
     spec: SemanticMuxSpec,
     seed: int,
@@ -307,18 +307,23 @@ def run_semantic_mux(
     spec : SemanticMuxSpec
         Validated configuration.
     seed : int
-        Seed of the single random source (channels, noise, data order, weights).
+        The run's seed; the training seeds are ``spec.seeds``, or ``(seed,)`` if unset.
+        A training seed seeds the single random source (split, channels, noise, data
+        order, weights) of its repetition.
     out_dir : pathlib.Path
         Output folder (created if missing).
     report : callable(dict) or None
-        Called once per metric row with ``{"name", "value", "step", "node", "tags"}``.
+        Called once per AGGREGATE metric row (after the last seed) with
+        ``{"name", "value", "step", "node", "tags"}``; tags include ``std`` and
+        ``num_seeds``.
     progress : callable(str, float) or None
         Called with a description and the fraction done in [0, 1].
 
     Returns
     -------
     dict
-        Summary: headline ratios, accuracy drop, paths of the files written, wall time.
+        Summary: headline ratios (means over seeds), accuracy drop, seeds, paths of the
+        files written, wall time.
     """
     from radio.plots import plot_all
 
@@ -326,36 +331,46 @@ def run_semantic_mux(
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     say = progress or _no_progress
-    st = _prepare(spec, seed, say)
-    out = _Rows(report)
+    seeds = list(spec.seeds) if spec.seeds is not None else [seed]
+    seed_rows: list[dict] = []
+    seed_wall: dict[str, float] = {}
+    st = None
+    for i, s in enumerate(seeds):
+        t_seed = time.perf_counter()
 
-    jobs = [(k, sc) for k in spec.num_tasks_list for sc in SCHEMES]
-    per_scheme: dict[tuple[int, str], dict] = {}
-    for j, (k, scheme) in enumerate(jobs):
-        base = 0.08 + 0.9 * j / len(jobs)
-        per_scheme[(k, scheme)] = _run_job(st, k, scheme, out, say, base, 0.9 / len(jobs))
+        def say_seed(desc: str, f: float, i: int = i, s: int = s) -> None:
+            say(f"seed {s}: {desc}", 0.99 * (i + f) / len(seeds))
 
-    ratios = _ratios(spec, per_scheme, out)
-    drop = _first_task_drop(spec, per_scheme, st.tasks, out)
+        st, rows, _ = _run_seed(spec, s, say_seed)
+        seed_rows.extend(rows)
+        seed_wall[str(s)] = time.perf_counter() - t_seed
+        _write_json(out_dir / f"results_seed{s}.json",
+                    {"meta": _meta(st, s), "rows": rows, "wall_time_s": seed_wall[str(s)]})
+    assert st is not None
+    rows = aggregate_rows(seed_rows)
+    _report_rows(rows, report)
 
     say("plotting", 0.99)
-    rows = out.rows
     plots = plot_all(rows, spec, st.tasks, out_dir)
-    meta = _meta(st, seed)
+    # tasks (chance accuracies) and evaluation sizes are those of the last seed's split
+    meta = {**_meta(st, seed), "run_seed": seed, "seeds": seeds, "tasks_from_seed": seeds[-1],
+            "seed_wall_time_s": seed_wall}
     wall = time.perf_counter() - t_start
+    ratios = {f"K={r['num_tasks']} {r['scheme']} {r['name'].removeprefix('ratio_')}": r["value"]
+              for r in rows if r["name"].startswith("ratio_")}
     summary = {
-        "kind_note": "ratios are baseline / semantic_mux; see rows for kinds",
-        "ratios": {f"K={k} {b} {key}": v for (k, b, key), v in ratios.items()},
-        "first_task_accuracy_drop": {str(snr): v for snr, v in drop.items()},
+        "kind_note": "ratios are baseline / semantic_mux, means over the seeds; see rows "
+                     "for kinds and std",
+        "seeds": seeds,
+        "ratios": ratios,
+        "first_task_accuracy_drop": {str(r["snr_db"]): r["value"] for r in rows
+                                     if r["name"] == "first_task_accuracy_drop"},
         "wall_time_s": wall,
         "files": ["results.json", "results.csv", *plots],
     }
-    with (out_dir / "results.json").open("w") as fh:
-        json.dump({"meta": meta, "summary": summary, "rows": rows}, fh, indent=1)
-    with (out_dir / "results.csv").open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    _write_json(out_dir / "results.json",
+                {"meta": meta, "summary": summary, "rows": rows, "seed_rows": seed_rows})
+    _write_csv(out_dir / "results.csv", seed_rows + rows)
     say("done", 1.0)
     return summary
 

@@ -9,12 +9,25 @@ import pathlib
 
 __all__ = ["plot_all"]
 
-_STYLE = {"semantic_mux": ("tab:blue", "o"), "orthogonal": ("tab:orange", "s"),
+_STYLE = {"semantic_mux": ("tab:blue", "o"), "joint_encoder": ("tab:purple", "D"),
+          "orthogonal_equal": ("tab:red", "v"), "orthogonal": ("tab:orange", "s"),
           "bit_level": ("tab:green", "^")}
+_OTHER = ("tab:gray", "x")
+
+
+def _styles(spec) -> list[tuple[str, tuple[str, str]]]:
+    """(scheme, (colour, marker)) for every scheme of the run."""
+    return [(sc, _STYLE.get(sc, _OTHER)) for sc in spec.schemes]
 
 
 def _select(rows, name, **kw):
     return [r for r in rows if r["name"] == name and all(r.get(k) == v for k, v in kw.items())]
+
+
+def _series(rows, name, xs, x_key, **kw) -> tuple[list[float], list[float]]:
+    """Means and std (0 where there is none) of ``name`` at each ``x_key`` in ``xs``."""
+    found = [_select(rows, name, **{x_key: x}, **kw)[0] for x in xs]
+    return [r["value"] for r in found], [r.get("std") or 0.0 for r in found]
 
 
 def plot_all(rows: list[dict], spec, tasks, out_dir: pathlib.Path) -> list[str]:
@@ -23,7 +36,8 @@ def plot_all(rows: list[dict], spec, tasks, out_dir: pathlib.Path) -> list[str]:
     Parameters
     ----------
     rows : list of dict
-        Metric rows of :func:`radio.experiment.run_semantic_mux`.
+        Aggregate metric rows of :func:`radio.experiment.run_semantic_mux` (means over
+        the seeds; error bars are the sample std where there is more than one seed).
     spec : SemanticMuxSpec
     tasks : list of TaskData
     out_dir : pathlib.Path
@@ -49,17 +63,20 @@ def plot_all(rows: list[dict], spec, tasks, out_dir: pathlib.Path) -> list[str]:
 
     # 1. accuracy vs K at the SNR closest to 10 dB
     fig, ax = plt.subplots(figsize=(6, 4))
-    for sc, (c, mk) in _STYLE.items():
-        mean = [_select(rows, "mean_accuracy", scheme=sc, num_tasks=k, snr_db=snr_ref)[0]["value"]
-                for k in ks]
-        first = [_select(rows, "accuracy", scheme=sc, num_tasks=k, snr_db=snr_ref,
-                         task=tasks[0].name)[0]["value"] for k in ks]
-        ax.plot(ks, mean, color=c, marker=mk, label=f"{sc}: mean over tasks")
-        ax.plot(ks, first, color=c, marker=mk, ls="--", label=f"{sc}: task '{tasks[0].name}'")
+    for sc, (c, mk) in _styles(spec):
+        mean, e_mean = _series(rows, "mean_accuracy", ks, "num_tasks", scheme=sc,
+                               snr_db=snr_ref)
+        first, e_first = _series(rows, "accuracy", ks, "num_tasks", scheme=sc, snr_db=snr_ref,
+                                 task=tasks[0].name)
+        ax.errorbar(ks, mean, e_mean, color=c, marker=mk, capsize=2,
+                    label=f"{sc}: mean over tasks")
+        ax.errorbar(ks, first, e_first, color=c, marker=mk, ls="--", capsize=2,
+                    label=f"{sc}: task '{tasks[0].name}'")
     ax.set_xlabel("number of tasks K")
     ax.set_ylabel("test accuracy")
     ax.set_xticks(ks)
-    ax.set_title(f"Accuracy vs K (measured, simulated {channel}, SNR {snr_ref:g} dB)", fontsize=9)
+    ax.set_title(f"Accuracy vs K (measured, simulated {channel}, SNR {snr_ref:g} dB;\n"
+                 "mean +- std over training seeds)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -69,14 +86,15 @@ def plot_all(rows: list[dict], spec, tasks, out_dir: pathlib.Path) -> list[str]:
 
     # 2. accuracy vs SNR, largest K solid, smallest K dashed
     fig, ax = plt.subplots(figsize=(6, 4))
-    for sc, (c, mk) in _STYLE.items():
+    for sc, (c, mk) in _styles(spec):
         for k, ls in ((max(ks), "-"), (min(ks), ":")):
-            acc = [_select(rows, "mean_accuracy", scheme=sc, num_tasks=k, snr_db=s)[0]["value"]
-                   for s in snrs]
-            ax.plot(snrs, acc, color=c, marker=mk, ls=ls, label=f"{sc}, K={k}")
+            acc, err = _series(rows, "mean_accuracy", snrs, "snr_db", scheme=sc, num_tasks=k)
+            ax.errorbar(snrs, acc, err, color=c, marker=mk, ls=ls, capsize=2,
+                        label=f"{sc}, K={k}")
     ax.set_xlabel("SNR per receive antenna [dB]")
     ax.set_ylabel("mean test accuracy over tasks")
-    ax.set_title(f"Accuracy vs SNR (measured, simulated {channel})", fontsize=9)
+    ax.set_title(f"Accuracy vs SNR (measured, simulated {channel};\n"
+                 "mean +- std over training seeds)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -91,7 +109,7 @@ def plot_all(rows: list[dict], spec, tasks, out_dir: pathlib.Path) -> list[str]:
               ("energy_j", "energy [mJ]", "energy (modelled)"))
     for ax, (name, ylabel, title) in zip(axes, panels, strict=True):
         scale = 1e3 if name in ("latency_s", "energy_j") else 1.0
-        for sc, (c, mk) in _STYLE.items():
+        for sc, (c, mk) in _styles(spec):
             v = [_select(rows, name, scheme=sc, num_tasks=k)[0]["value"] * scale for k in ks]
             ax.plot(ks, v, color=c, marker=mk, label=sc)
         ax.set_yscale("log")

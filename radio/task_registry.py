@@ -30,11 +30,14 @@ DIGITS_TASKS: tuple[str, ...] = (
 )
 #: Tasks that need user-provided local files (``cifar10_dir``, ``text_csv_path``).
 FILE_TASKS: tuple[str, ...] = ("cifar10", "text_sentiment")
+#: Tasks on data generated here (``radio/synthetic.py``), written in the file formats of
+#: CIFAR-10 and of the sentiment CSV and read back by the same loaders as FILE_TASKS.
+GENERATED_TASKS: tuple[str, ...] = ("shapes10", "synthetic_sentiment")
 
 
 #: name (or ``package.module:builder``) -> builder(seed, cifar10_dir, text_csv_path)
 TASK_BUILDERS: Registry[TaskBuilder] = Registry(
     "radio task", validate=callable_hook("(seed, cifar10_dir, text_csv_path) -> TaskData")
 )
-for _name in DIGITS_TASKS + FILE_TASKS:
+for _name in DIGITS_TASKS + FILE_TASKS + GENERATED_TASKS:
     TASK_BUILDERS.add_path(_name, f"radio.tasks:BUILTIN.{_name}")

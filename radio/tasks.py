@@ -3,6 +3,13 @@
 Tasks are registered by name (house rule 6). Each gives a :class:`TaskData` with float32
 inputs and integer labels, split into train and test. Nothing here downloads anything.
 
+Beyond the digits: ``cifar10`` and ``text_sentiment`` read user files (CIFAR-10
+python-pickle batches, a ``text,label`` CSV); ``shapes10`` and ``synthetic_sentiment``
+generate data here (``radio/synthetic.py``: 5,000 + 1,000 CIFAR-10-format shape images;
+2,000 template reviews), write it in those formats to a temporary folder and read it back
+through the same loaders. Their data set is fixed (generation seed 0); the task seed
+splits the sentiment rows as it splits the digits.
+
 Digits tasks (scikit-learn's 1,797 8x8 digit images, split 75/25 stratified, seeded):
 
 ==========  =======  ===================================================================
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import csv
 import pickle
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -34,11 +42,12 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from radio.task_registry import DIGITS_TASKS, FILE_TASKS, TASK_BUILDERS
+from radio.task_registry import DIGITS_TASKS, FILE_TASKS, GENERATED_TASKS, TASK_BUILDERS
 
 __all__ = [
     "DIGITS_TASKS",
     "FILE_TASKS",
+    "GENERATED_TASKS",
     "TaskData",
     "TASK_BUILDERS",
     "build_task",
@@ -167,10 +176,31 @@ def load_cifar10(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     return x_tr, y_tr, x_te, y_te
 
 
-def _cifar_task(path: str | Path, seed: int) -> TaskData:
+def _cifar_task(path: str | Path, seed: int, name: str = "cifar10") -> TaskData:
     x_tr, y_tr, x_te, y_te = load_cifar10(path)
     mean = x_tr.mean(axis=0, keepdims=True)
-    return TaskData("cifar10", 10, x_tr - mean, y_tr, x_te - mean, y_te)
+    return TaskData(name, 10, x_tr - mean, y_tr, x_te - mean, y_te)
+
+
+#: Size of the generated data sets (``shapes10``: train, test images; sentiment: rows).
+SHAPES10_SIZE = (5000, 1000)
+SYNTHETIC_SENTIMENT_ROWS = 2000
+
+
+def _shapes10_task(seed: int) -> TaskData:
+    from radio.synthetic import write_cifar10_format
+
+    with tempfile.TemporaryDirectory(prefix="shapes10-") as folder:
+        write_cifar10_format(folder, *SHAPES10_SIZE, seed=0)
+        return _cifar_task(folder, seed, "shapes10")
+
+
+def _synthetic_sentiment_task(seed: int) -> TaskData:
+    from radio.synthetic import write_sentiment_csv
+
+    with tempfile.TemporaryDirectory(prefix="sentiment-") as folder:
+        path = write_sentiment_csv(Path(folder) / "reviews.csv", SYNTHETIC_SENTIMENT_ROWS, 0)
+        return _text_task(path, seed, "synthetic_sentiment")
 
 
 def load_text_csv(path: str | Path) -> tuple[list[str], np.ndarray]:
@@ -215,12 +245,12 @@ def text_features(texts: list[str], num_features: int = 256) -> np.ndarray:
     return vec.transform(texts).toarray().astype(np.float32)
 
 
-def _text_task(path: str | Path, seed: int) -> TaskData:
+def _text_task(path: str | Path, seed: int, name: str = "text_sentiment") -> TaskData:
     texts, y = load_text_csv(path)
     x = text_features(texts)
     c = int(y.max()) + 1
     tr, te = _split(len(y), y, seed)
-    return TaskData("text_sentiment", c, x[tr], y[tr], x[te], y[te])
+    return TaskData(name, c, x[tr], y[tr], x[te], y[te])
 
 
 #: The built-in builders ``(seed, cifar10_dir, text_csv_path) -> TaskData``, by name;
@@ -229,6 +259,8 @@ BUILTIN = SimpleNamespace(
     **{n: partial(_digits_builder, n) for n in DIGITS_TASKS},
     cifar10=lambda seed, c, _t: _cifar_task(c, seed),
     text_sentiment=lambda seed, _c, t: _text_task(t, seed),
+    shapes10=lambda seed, _c, _t: _shapes10_task(seed),
+    synthetic_sentiment=lambda seed, _c, _t: _synthetic_sentiment_task(seed),
 )
 
 

@@ -103,7 +103,7 @@ def test_radio_task_by_dotted_path_validates() -> None:
     from radio.config import SemanticMuxSpec
     from radio.task_registry import TASK_BUILDERS
 
-    assert len(TASK_BUILDERS.names()) == 10
+    assert len(TASK_BUILDERS.names()) == 12
     with pytest.raises(ValueError, match=rf"tasks: radio task '{FORTY_TWO}'"):
         SemanticMuxSpec(tasks=("digit", FORTY_TWO))
 

@@ -10,6 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from radio.config import DIGITS_TASKS, SemanticMuxSpec
+from radio.scheme_registry import BUILTIN_SCHEMES
 
 
 def test_defaults_and_yaml(root):
@@ -20,9 +21,11 @@ def test_defaults_and_yaml(root):
     doc = yaml.safe_load((root / "experiments" / "semantic_mux.yaml").read_text())
     assert set(doc) == {"name", "seed", "workload"}
     from_yaml = SemanticMuxSpec(**doc["workload"]["semantic_mux"])
-    # the YAML spells out every key
+    # the YAML spells out every key; its values are the defaults except the seed sweep
     assert set(doc["workload"]["semantic_mux"]) == set(SemanticMuxSpec.model_fields)
-    assert from_yaml.model_dump() == spec.model_dump()
+    assert spec.seeds is None and from_yaml.seeds == (0, 1, 2)
+    assert from_yaml.model_dump(exclude={"seeds"}) == spec.model_dump(exclude={"seeds"})
+    assert spec.schemes == BUILTIN_SCHEMES and spec.schemes[0] == "semantic_mux"
 
 
 @pytest.mark.parametrize(
@@ -40,6 +43,14 @@ def test_defaults_and_yaml(root):
         ({"bit_baseline": {"qam_bits_per_symbol": 3}}, "qam_bits_per_symbol"),
         ({"energy": {"radio_power_w": -1}}, "radio_power_w"),
         ({"carrier_frequency": 28e9}, "carrier_frequency"),
+        ({"seeds": [0, 0]}, "seeds"),
+        ({"seeds": [-1]}, "seeds"),
+        ({"seeds": []}, "seeds"),
+        ({"seeds": list(range(21))}, "seeds"),
+        ({"schemes": ["semantic_mux", "tdma"]}, "schemes"),
+        ({"schemes": ["orthogonal", "bit_level"]}, "schemes"),
+        ({"schemes": ["semantic_mux", "orthogonal", "semantic_mux"]}, "schemes"),
+        ({"mux_channel_uses": 1, "num_tasks_list": [8]}, "mux_channel_uses"),
     ],
 )
 def test_errors_name_the_field(kwargs, field):
@@ -61,3 +72,15 @@ def test_config_imports_nothing_heavy():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_seeds_and_schemes_accepted():
+    spec = SemanticMuxSpec(seeds=[3, 1, 2], schemes=["semantic_mux", "bit_level"])
+    assert spec.seeds == (3, 1, 2) and spec.schemes == ("semantic_mux", "bit_level")
+    # orthogonal_equal needs S*L >= K only when it is one of the schemes
+    spec = SemanticMuxSpec(mux_channel_uses=1, num_tasks_list=[8],
+                           schemes=["semantic_mux", "orthogonal"])
+    assert spec.mux_channel_uses == 1
+    # a user scheme by dotted path is imported and checked at load time
+    user = "radio.schemes:BUILTIN.orthogonal"
+    assert user in SemanticMuxSpec(schemes=["semantic_mux", user]).schemes

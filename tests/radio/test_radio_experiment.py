@@ -9,6 +9,7 @@ import pytest
 
 from radio.config import SemanticMuxSpec
 from radio.experiment import SCHEMES, run_semantic_mux
+from radio.report import results_markdown
 
 MEASURED_OR_MODELLED = {"measured", "modelled"}
 COUNT_TOL = 1e-4  # float32 accuracy times the sample count vs the nearest whole number
@@ -31,8 +32,12 @@ def test_run_semantic_mux_tiny(tmp_path):
     assert {r["kind"] for r in rows} == MEASURED_OR_MODELLED
     assert all(set(r) == {"name", "value", "step", "node", "tags"} for r in reported)
     assert all(isinstance(r["value"], float) and r["node"] is None for r in reported)
-    with (tmp_path / "results.csv").open() as fh:
-        assert len(list(csv.DictReader(fh))) == len(rows)
+    with (tmp_path / "results.csv").open() as fh:  # per-seed rows, then the aggregates
+        assert len(list(csv.DictReader(fh))) == len(doc["seed_rows"]) + len(rows)
+    # one seed (seeds unset: the run's seed): aggregates equal the seed's rows, no spread
+    assert doc["meta"]["seeds"] == [0] and {r["seed"] for r in doc["seed_rows"]} == {0}
+    assert [r["value"] for r in rows] == [r["value"] for r in doc["seed_rows"]]
+    assert all(r["std"] is None and r["num_seeds"] == 1 for r in rows)
     # every scheme and K has accuracy at every SNR, and the modelled energy/latency.
     # quick mode evaluates each task on quick_eval_samples samples and one channel draw,
     # so an accuracy is a whole number of correct answers out of that many
@@ -61,3 +66,46 @@ def test_run_semantic_mux_tiny(tmp_path):
     assert doc["meta"]["energy_model"]["kind"] == "modelled"
     fractions = [f for _, f in progress]  # from 0 to 1, never going back
     assert fractions[0] == 0.0 and fractions[-1] == 1.0 and fractions == sorted(fractions)
+
+
+def test_seeds_give_mean_and_spread(tmp_path):
+    spec = SemanticMuxSpec(
+        quick=True, quick_train_steps=10, quick_eval_samples=30, channel_bank_size=64,
+        num_tasks_list=(2,), snr_db_list=(5.0,), tasks=("digit", "parity"), batch_size=16,
+        seeds=(4, 7), schemes=("semantic_mux", "orthogonal_equal"),
+    )
+    reported = []
+    summary = run_semantic_mux(spec, 123, tmp_path, reported.append)
+    assert summary["seeds"] == [4, 7]
+    doc = json.loads((tmp_path / "results.json").read_text())
+    meta = doc["meta"]
+    assert (meta["seeds"], meta["run_seed"], meta["tasks_from_seed"]) == ([4, 7], 123, 7)
+    seed_rows, rows = doc["seed_rows"], doc["rows"]
+    assert {r["seed"] for r in seed_rows} == {4, 7} and len(seed_rows) == 2 * len(rows)
+    for s in (4, 7):  # written after each seed, so a run that dies keeps them
+        part = json.loads((tmp_path / f"results_seed{s}.json").read_text())
+        assert part["rows"] == [r for r in seed_rows if r["seed"] == s]
+    key = ("name", "scheme", "num_tasks", "snr_db", "task")
+    for r in rows:
+        vals = [x["value"] for x in seed_rows if all(x[k] == r[k] for k in key)]
+        assert len(vals) == r["num_seeds"] == 2
+        assert r["value"] == pytest.approx(sum(vals) / 2)
+        assert r["std"] == pytest.approx(abs(vals[0] - vals[1]) / 2**0.5)
+    # the seeds train different models: some accuracy differs between them
+    acc = [r for r in rows if r["name"] == "accuracy"]
+    assert any(r["std"] > 0 for r in acc)
+    # only the aggregates are reported, with their spread in the tags
+    assert len(reported) == len(rows)
+    assert all({"std", "num_seeds"} <= set(r["tags"]) for r in reported)
+    uses = {r["scheme"]: r["value"] for r in rows if r["name"] == "communication_load_symbols"}
+    assert uses == {"semantic_mux": 32.0, "orthogonal_equal": 32.0}
+    md = results_markdown(tmp_path / "results.json")
+    assert "over 2 training seeds [4, 7]" in md and " ± " in md and "orthogonal_equal" in md
+    assert "seed 7's test split" in md and "| 32 |" in md  # counts without "± 0"
+    # a run stopped after its first seed: the tables come from results_seed4.json alone
+    (tmp_path / "results.json").unlink()
+    (tmp_path / "results_seed7.json").unlink()
+    partial = results_markdown(tmp_path)
+    assert "one training seed [4], no spread" in partial and " ± " not in partial
+    first = [r for r in seed_rows if r["seed"] == 4 and r["name"] == "mean_accuracy"][0]
+    assert f"| {first['value']:.3f} |" in partial

@@ -1,4 +1,5 @@
-"""Task registry and loaders: digits tasks, CIFAR-10 pickle batches, sentiment CSV."""
+"""Task registry and loaders: digits tasks, CIFAR-10 pickle batches, sentiment CSV, and the
+generated shapes10 / synthetic_sentiment data read by those loaders."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ import numpy as np
 import pytest
 
 from radio.config import DIGITS_TASKS
-from radio.tasks import build_task, load_cifar10, load_text_csv, text_features
+from radio.synthetic import SHAPE_CLASSES, sentiment_texts, shape_images, write_cifar10_format
+from radio.tasks import (
+    SHAPES10_SIZE,
+    SYNTHETIC_SENTIMENT_ROWS,
+    build_task,
+    load_cifar10,
+    load_text_csv,
+    text_features,
+)
 
 
 def test_digits_tasks_are_distinct():
@@ -71,3 +80,60 @@ def test_text_csv_errors(tmp_path):
         load_text_csv(bad)
     with pytest.raises(FileNotFoundError, match="text_csv_path"):
         load_text_csv(tmp_path / "nope.csv")
+
+
+def test_generated_cifar10_format_files_read_by_the_real_loader(root, tmp_path):
+    """tests/data/cifar10_tiny was written by ``write_cifar10_format(.., 20, 10, seed=0,
+    num_batches=2)``: the loader reads it, and the generator still makes the same images."""
+    folder = root / "tests" / "data" / "cifar10_tiny"
+    x_tr, y_tr, x_te, y_te = load_cifar10(folder)
+    assert x_tr.shape == (20, 3072) and x_te.shape == (10, 3072)
+    data, labels = shape_images(30, 0)
+    assert np.array_equal(np.round(x_tr * 255).astype(np.uint8), data[:20])
+    assert np.array_equal(np.round(x_te * 255).astype(np.uint8), data[20:])
+    assert np.array_equal(y_tr, labels[:20]) and np.array_equal(y_te, labels[20:])
+    with (folder / "batches.meta").open("rb") as fh:
+        meta = pickle.load(fh, encoding="bytes")
+    assert [n.decode() for n in meta[b"label_names"]] == list(SHAPE_CLASSES)
+    # a fresh folder with more batches holds the same images, split over the batches
+    write_cifar10_format(tmp_path, 20, 10, seed=0, num_batches=4)
+    assert len(list(tmp_path.glob("data_batch_*"))) == 4
+    assert np.array_equal(load_cifar10(tmp_path)[0], x_tr)
+    with pytest.raises(ValueError, match="num_train"):
+        write_cifar10_format(tmp_path, 2, 1, num_batches=5)
+
+
+def test_shape_images_are_balanced_and_seeded():
+    data, labels = shape_images(400, 3)
+    assert np.bincount(labels).tolist() == [40] * 10
+    again, _ = shape_images(400, 3)
+    assert np.array_equal(data, again) and not np.array_equal(data, shape_images(400, 4)[0])
+
+
+def test_generated_sentiment_csv_read_by_the_real_loader(root):
+    path = root / "tests" / "data" / "sentiment_synthetic_tiny.csv"
+    texts, labels = load_text_csv(path)
+    assert (texts, labels.tolist()) == (lambda t, y: (t, y.tolist()))(*sentiment_texts(40, 0))
+    assert set(labels.tolist()) == {0, 1}
+    # negation flips the label, "A but B" takes B's
+    for text, y in zip(texts, labels, strict=True):
+        last = text.split(" but ")[-1]
+        positive = any(w in last.split() for w in ("good", "great", "wonderful", "excellent",
+                       "lovely", "brilliant", "superb", "enjoyable", "delightful", "solid",
+                       "charming", "moving", "fun", "impressive", "beautiful"))
+        negated = any(n in last.split() for n in ("not", "never", "hardly"))
+        assert y == int(positive != negated), text
+
+
+def test_generated_tasks_build_from_their_files():
+    shapes = build_task("shapes10", 1)
+    assert (shapes.name, shapes.num_classes, shapes.input_dim) == ("shapes10", 10, 3072)
+    assert (len(shapes.y_train), len(shapes.y_test)) == SHAPES10_SIZE
+    text = build_task("synthetic_sentiment", 1)
+    assert (text.name, text.num_classes, text.input_dim) == ("synthetic_sentiment", 2, 256)
+    assert len(text.y_train) + len(text.y_test) == SYNTHETIC_SENTIMENT_ROWS
+    # the task seed splits the rows; the data set itself is fixed
+    other = build_task("synthetic_sentiment", 2)
+    assert not np.array_equal(other.y_test, text.y_test)
+    assert np.array_equal(np.sort(np.concatenate([other.x_train, other.x_test]), axis=0),
+                          np.sort(np.concatenate([text.x_train, text.x_test]), axis=0))

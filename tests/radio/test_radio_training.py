@@ -68,3 +68,12 @@ def test_text_sentiment_task_trains(rt, root):
     train_system(sys_, data, TrainConfig(400, 32, 2e-3, 10.0, 20.0), bank, rt.generator())
     acc = evaluate_system(sys_, data, h_eval, EVAL_SNR_DB, data.num_test, 4)
     _check(tasks, acc, TEXT_CHANCE_MARGIN)
+
+
+def test_generated_image_and_text_tasks_train(rt):
+    """shapes10 (CIFAR-10-format images) and synthetic_sentiment through the multiplexer."""
+    tasks, data, ch, bank, h_eval = _setup(["shapes10", "synthetic_sentiment"], rt, bank=256)
+    sys_ = SemanticMuxSystem([t.input_dim for t in tasks], [10, 2], 32, 128, 4, 8, True, ch)
+    train_system(sys_, data, TrainConfig(300, 64, 2e-3, 10.0, 20.0, 1e-3), bank, rt.generator())
+    acc = evaluate_system(sys_, data, h_eval, EVAL_SNR_DB, data.num_test, 1)
+    _check(tasks, acc)

@@ -239,7 +239,8 @@ def encode_delta(
         res = state.array_records["tt-residual"]
         delta = {k: d + res[k].numpy() if k in res else d for k, d in delta.items()}
     enc = encode_update(
-        delta, uplink.eps, uplink.max_rank, uplink.min_numel, uplink.svd_backend, stats
+        delta, uplink.eps, uplink.max_rank, uplink.min_numel, uplink.svd_backend, stats,
+        uplink.tensorization,
     )
     if uplink.wire_dtype == "float16":  # halve the bytes of cores and raw float tensors
         enc = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in enc.items()}

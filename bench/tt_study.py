@@ -43,7 +43,9 @@ def label(uplink: dict[str, Any]) -> str:
         return "float16 baseline (no TT)" if fp16 else "float32 via codec (no TT)"
     ef = "" if uplink.get("error_feedback", True) else ", no EF"
     rank = f", max_rank {uplink['max_rank']}" if uplink.get("max_rank") else ""
-    return f"TT eps {uplink.get('eps')}{rank}{ef}" + (" + float16" if fp16 else "")
+    layout = uplink.get("tensorization", "tt")
+    shape = "" if layout == "tt" else f", {layout}"
+    return f"TT eps {uplink.get('eps')}{shape}{rank}{ef}" + (" + float16" if fp16 else "")
 
 
 def baseline_of(name: str) -> str:

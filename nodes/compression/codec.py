@@ -6,7 +6,8 @@ Floating arrays with >= 2 dims and >= ``min_numel`` entries are tensorized
 (computed in float64, cores stored in the array's dtype); everything else, and any
 array whose TT form would not be smaller, passes through raw. ``tensorization`` picks the
 tensor per array: the TT-Edge plan, the plain matrix (a TT of order 2), or the smaller of
-the two (``auto``); the decoder reads the plan from the metadata, so it needs no option. Encoded keys::
+the two (``auto``); the decoder reads the plan from the metadata, so it needs no option.
+Encoded keys::
 
     "<key>@raw"                    the original array
     "<key>@tt/shape"               int64, original shape

@@ -86,8 +86,9 @@ def main() -> None:
             base.setdefault(seed, (accs[-1], payload))
             finals.append(accs[-1])
             payloads.append(payload)
-        delta = statistics.fmean(100 * (f - base[s][0]) for f, s in zip(finals, args.seeds, strict=True))
-        ratio = statistics.fmean(base[s][1] / p for p, s in zip(payloads, args.seeds, strict=True))
+        pairs = list(zip(args.seeds, finals, payloads, strict=True))
+        delta = statistics.fmean(100 * (f - base[s][0]) for s, f, _ in pairs)
+        ratio = statistics.fmean(base[s][1] / p for s, _, p in pairs)
         print(f"| {text} | {' / '.join(f'{f:.3f}' for f in finals)} | {delta:+.1f} | "
               f"{ratio:.2f}x |", flush=True)
 

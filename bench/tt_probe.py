@@ -9,7 +9,7 @@ settings before the fleet study (``testbed run experiments/tt_fl.yaml``), whose 
 are the ones to report; its payload counts the same array buffers as the ServerApp's
 ``bytes_received`` (the fleet's float32 baseline sends the same 2,774,736 bytes).
 
-    python bench/tt_probe.py --rounds 6 --seeds 7 8 9 \\
+    python bench/tt_probe.py --rounds 6 --seeds 7,8,9 \\
         '{"compression": "none"}' '{"compression": "tt", "eps": 0.5, "tensorization": "auto"}'
 """
 
@@ -74,8 +74,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("uplinks", nargs="+", help="workload.fl.uplink settings as JSON")
     ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[7, 8, 9])
+    ap.add_argument("--seeds", default="7,8,9", help="comma-separated")
     args = ap.parse_args()
+    args.seeds = [int(s) for s in args.seeds.split(",")]
     base: dict[int, tuple[float, int]] = {}
     print("| uplink | final acc per seed | Δ points vs first (mean) | payload reduction (mean) |")
     print("|---|---|---|---|")

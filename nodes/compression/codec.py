@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from nodes.compression import packed
 from nodes.compression.svd import SvdStats
 from nodes.compression.tensorize import TensorPlan, matrix_plan, plan_for
 from nodes.compression.tt import TTTensor, tt_svd, tt_to_full
@@ -142,7 +143,7 @@ def decode_update(encoded: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     Parameters
     ----------
     encoded : dict[str, numpy.ndarray]
-        Output of :func:`encode_update`.
+        Output of :func:`encode_update`, or of :func:`nodes.compression.packed.pack` on it.
 
     Returns
     -------
@@ -154,6 +155,8 @@ def decode_update(encoded: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     ValueError
         A key without a known part suffix, or a TT entry with missing parts.
     """
+    if packed.is_packed(encoded):  # the few-arrays wire form (nodes/compression/packed.py)
+        encoded = packed.unpack(encoded)
     groups: dict[str, dict[str, np.ndarray]] = {}
     for name, arr in encoded.items():
         key, sep, part = name.rpartition("@")

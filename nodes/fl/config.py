@@ -151,6 +151,11 @@ class UplinkSpec(Frozen):
         "TT of order 2, i.e. a truncated SVD), auto (the smaller of the two per array)",
     )
     error_feedback: bool = Field(True, description="carry the codec's residual to next round")
+    packed: bool = Field(
+        False,
+        description="send the encoded update as one array per dtype plus an index "
+        "(nodes/compression/packed.py) instead of one array per core and metadata item",
+    )
     wire_dtype: Literal["float32", "float16"] = Field(
         "float32", description="float arrays of the encoded update are sent in this dtype"
     )

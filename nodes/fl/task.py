@@ -232,6 +232,7 @@ def encode_delta(
     from flwr.app import Array, ArrayRecord
 
     from nodes.compression.codec import decode_update, encode_update
+    from nodes.compression.packed import pack
 
     glob = {k: v.numpy() for k, v in received.items()}
     delta = {k: v.detach().cpu().numpy() - glob[k] for k, v in model.state_dict().items()}
@@ -249,6 +250,8 @@ def encode_delta(
         state["tt-residual"] = ArrayRecord(
             {k: Array(np.ascontiguousarray(delta[k] - dec[k])) for k in delta}
         )
+    if uplink.packed:  # one array per dtype: no 128-byte .npy header per core
+        enc = pack(enc)
     return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in enc.items()})
 
 

@@ -69,3 +69,20 @@ def test_uplink_tensorization_is_validated():
     assert UplinkSpec().tensorization == "tt"  # default: behaviour unchanged
     with pytest.raises(ValidationError, match="tensorization"):
         UplinkSpec(tensorization="cp")
+
+
+def test_packed_uplink_sends_fewer_bytes_and_decodes_the_same():
+    model, glob = model_pair()
+    base = {k: v.numpy() for k, v in glob.items()}
+    out = {}
+    for flag in (False, True):
+        up = UplinkSpec(compression="tt", eps=0.3, min_numel=256, packed=flag,
+                        tensorization="auto", wire_dtype="float16")
+        state = RecordDict()
+        enc = task.encode_delta(model, glob, up, state)
+        out[flag] = (task.array_nbytes(enc), len(enc), task.decode_delta(enc, base),
+                     state.array_records["tt-residual"])
+    assert out[True][1] < out[False][1] and out[True][0] < out[False][0]
+    for k in base:
+        np.testing.assert_array_equal(out[True][2][k].numpy(), out[False][2][k].numpy())
+        np.testing.assert_array_equal(out[True][3][k].numpy(), out[False][3][k].numpy())

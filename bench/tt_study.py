@@ -45,7 +45,7 @@ def label(uplink: dict[str, Any]) -> str:
     ef = "" if uplink.get("error_feedback", True) else ", no EF"
     rank = f", max_rank {uplink['max_rank']}" if uplink.get("max_rank") else ""
     layout = uplink.get("tensorization", "tt")
-    shape = "" if layout == "tt" else f", {layout}"
+    shape = ("" if layout == "tt" else f", {layout}") + (", packed" if uplink.get("packed") else "")
     return f"TT eps {uplink.get('eps')}{shape}{rank}{ef}" + (" + float16" if fp16 else "")
 
 

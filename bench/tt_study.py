@@ -6,7 +6,8 @@ run's ``spec.resolved.yaml``) and prints, as markdown:
 - per configuration: seeds, final global accuracy mean +- std (over seeds), the paired
   difference to its baseline (float32 rows vs the float32 baseline, float16 rows vs the
   float16 baseline, same seed), uplink payload and wire bytes and their reductions;
-- the global accuracy after every round, mean +- std over seeds.
+- the global accuracy after every round, mean +- std over seeds;
+- the uplink payload of every round (all clients), mean +- std over seeds.
 
 Payload = sum over rounds and clients of the array buffer bytes of each train reply, as
 the ServerApp received them (``bytes_received``); wire = bytes each client's emulated link
@@ -43,7 +44,9 @@ def label(uplink: dict[str, Any]) -> str:
         return "float16 baseline (no TT)" if fp16 else "float32 via codec (no TT)"
     ef = "" if uplink.get("error_feedback", True) else ", no EF"
     rank = f", max_rank {uplink['max_rank']}" if uplink.get("max_rank") else ""
-    return f"TT eps {uplink.get('eps')}{rank}{ef}" + (" + float16" if fp16 else "")
+    layout = uplink.get("tensorization", "tt")
+    shape = ("" if layout == "tt" else f", {layout}") + (", packed" if uplink.get("packed") else "")
+    return f"TT eps {uplink.get('eps')}{shape}{rank}{ef}" + (" + float16" if fp16 else "")
 
 
 def baseline_of(name: str) -> str:
@@ -56,6 +59,7 @@ def one_run(store: RunStore, run_id: str, artifact_dir: str, seed: int) -> dict[
     round, payload and wire bytes of one run."""
     spec = yaml.safe_load((Path(artifact_dir) / "spec.resolved.yaml").read_text())
     acc: dict[int, float] = {}
+    per_round: dict[int, float] = defaultdict(float)
     payload = 0.0
     wire = 0.0
     for m in store.metrics(run_id):
@@ -65,10 +69,13 @@ def one_run(store: RunStore, run_id: str, artifact_dir: str, seed: int) -> dict[
             acc[m.round] = m.value
         elif m.name == "bytes_received":
             payload += m.value
+            if m.round is not None:
+                per_round[m.round] += m.value
         elif m.name == "link_bytes_up":
             wire += m.value
     return {"run_id": run_id, "config": label(spec["workload"]["fl"].get("uplink", {})),
-            "seed": seed, "acc": acc, "payload": payload, "wire": wire}
+            "seed": seed, "acc": acc, "payload": payload, "wire": wire,
+            "payload_per_round": dict(per_round)}
 
 
 def collect(stores: list[str]) -> dict[str, dict[int, dict[str, Any]]]:
@@ -120,14 +127,16 @@ def summary_rows(runs: dict[str, dict[int, dict[str, Any]]]) -> list[dict[str, A
     return rows
 
 
-def per_round(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
-    """Markdown: global accuracy after each round, mean +- std over seeds."""
+def per_round(runs: dict[str, dict[int, dict[str, Any]]], key: str = "acc",
+              scale: float = 1.0, fmt: str = "{:.3f}") -> str:
+    """Markdown: ``key`` (a per-round dict of each run) after each round, mean +- std over
+    seeds, times ``scale``."""
     rounds = sorted({r for by_seed in runs.values() for run in by_seed.values()
-                     for r in run["acc"]})
+                     for r in run[key]})
     head = "| config | " + " | ".join(f"round {r}" for r in rounds) + " |"
     lines = [head, "|" + "---|" * (len(rounds) + 1)]
     for name, by_seed in sorted(runs.items()):
-        cells = [mstd([run["acc"][r] for run in by_seed.values() if r in run["acc"]])
+        cells = [mstd([run[key][r] for run in by_seed.values() if r in run[key]], scale, fmt)
                  for r in rounds]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -151,6 +160,10 @@ def main() -> None:
               f"{mstd(r['wire_reduction'], fmt='{:.2f}')} |")
     print()
     print(per_round(runs))
+    print()
+    print("Uplink payload per round (kB, all clients), mean +- std over seeds:")
+    print()
+    print(per_round(runs, "payload_per_round", 1e-3, "{:.1f}"))
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"summary": rows, "runs": {k: list(v.values()) for k, v in runs.items()}},

@@ -11,6 +11,11 @@ errors on the weight):
   prime factors of out, of in); when d < 2 the plan is the plain (out, in) matrix
   (TT of order 2 = truncated SVD);
 - any other array of >= 2 dims: (shape[0], prod(shape[1:])) matrix.
+
+:func:`matrix_plan` gives that (shape[0], prod(shape[1:])) matrix for any array of >= 2
+dims (a conv kernel as (Cout, Cin kh kw), a linear weight as itself): a TT of order 2,
+i.e. a truncated SVD, the layout that keeps a gradient's low matrix rank (a sum of few
+outer products) which the TT-matrix modes scatter.
 """
 
 from __future__ import annotations
@@ -141,6 +146,15 @@ def linear_plan(weight_shape: tuple[int, ...], max_modes: int = 3) -> TensorPlan
     )
 
 
+def matrix_plan(weight_shape: tuple[int, ...]) -> TensorPlan:
+    """Plan for any array of >= 2 dims as the (shape[0], prod(shape[1:])) matrix."""
+    weight_shape = tuple(int(n) for n in weight_shape)
+    if len(weight_shape) < 2:
+        raise ValueError(f"cannot tensorize a {len(weight_shape)}-D array of shape {weight_shape}")
+    shape = (weight_shape[0], math.prod(weight_shape[1:]))
+    return TensorPlan("matrix", weight_shape, shape, (0, 1), shape)
+
+
 def plan_for(weight_shape: tuple[int, ...], max_modes: int = 3) -> TensorPlan:
     """Plan by rank of the weight: 4-D conv, 2-D TT-matrix, other >= 2-D as a matrix."""
     weight_shape = tuple(int(n) for n in weight_shape)
@@ -148,7 +162,4 @@ def plan_for(weight_shape: tuple[int, ...], max_modes: int = 3) -> TensorPlan:
         return conv_plan(weight_shape)
     if len(weight_shape) == 2:
         return linear_plan(weight_shape, max_modes)
-    if len(weight_shape) < 2:
-        raise ValueError(f"cannot tensorize a {len(weight_shape)}-D array of shape {weight_shape}")
-    shape = (weight_shape[0], math.prod(weight_shape[1:]))
-    return TensorPlan("matrix", weight_shape, shape, (0, 1), shape)
+    return matrix_plan(weight_shape)

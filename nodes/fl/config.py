@@ -144,7 +144,18 @@ class UplinkSpec(Frozen):
     eps: float = Field(0.5, gt=0, lt=1)
     max_rank: int | None = Field(None, ge=1)
     min_numel: int = Field(1024, ge=1, description="smaller tensors are sent raw")
+    tensorization: Literal["tt", "matrix", "auto"] = Field(
+        "tt",
+        description="tensor each update array is TT-decomposed as: tt (conv kernels "
+        "(Cin, kh, kw, Cout), linear weights as TT-matrices), matrix ((shape[0], rest): a "
+        "TT of order 2, i.e. a truncated SVD), auto (the smaller of the two per array)",
+    )
     error_feedback: bool = Field(True, description="carry the codec's residual to next round")
+    packed: bool = Field(
+        False,
+        description="send the encoded update as one array per dtype plus an index "
+        "(nodes/compression/packed.py) instead of one array per core and metadata item",
+    )
     wire_dtype: Literal["float32", "float16"] = Field(
         "float32", description="float arrays of the encoded update are sent in this dtype"
     )

@@ -232,6 +232,7 @@ def encode_delta(
     from flwr.app import Array, ArrayRecord
 
     from nodes.compression.codec import decode_update, encode_update
+    from nodes.compression.packed import pack
 
     glob = {k: v.numpy() for k, v in received.items()}
     delta = {k: v.detach().cpu().numpy() - glob[k] for k, v in model.state_dict().items()}
@@ -239,7 +240,8 @@ def encode_delta(
         res = state.array_records["tt-residual"]
         delta = {k: d + res[k].numpy() if k in res else d for k, d in delta.items()}
     enc = encode_update(
-        delta, uplink.eps, uplink.max_rank, uplink.min_numel, uplink.svd_backend, stats
+        delta, uplink.eps, uplink.max_rank, uplink.min_numel, uplink.svd_backend, stats,
+        uplink.tensorization,
     )
     if uplink.wire_dtype == "float16":  # halve the bytes of cores and raw float tensors
         enc = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in enc.items()}
@@ -248,6 +250,8 @@ def encode_delta(
         state["tt-residual"] = ArrayRecord(
             {k: Array(np.ascontiguousarray(delta[k] - dec[k])) for k in delta}
         )
+    if uplink.packed:  # one array per dtype: no 128-byte .npy header per core
+        enc = pack(enc)
     return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in enc.items()})
 
 

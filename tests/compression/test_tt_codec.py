@@ -72,3 +72,51 @@ def test_fits_a_flower_array_record():
     assert {k: (v.shape, v.dtype) for k, v in dec.items()} == {
         k: (v.shape, v.dtype) for k, v in arrays.items()}
     assert np.array_equal(dec["fc.bias"], arrays["fc.bias"])
+
+
+def gradient_like(seed=0, rank=3):
+    """A linear layer's update: a sum of a few outer products (low matrix rank), plus noise."""
+    rng = np.random.default_rng(seed)
+    low = rng.standard_normal((64, rank)) @ rng.standard_normal((rank, 512))
+    return (low + 0.01 * rng.standard_normal(low.shape)).astype(np.float32)
+
+
+def test_matrix_tensorization_keeps_a_gradients_low_rank():
+    arrays = {"fc.weight": gradient_like()}
+    tt = encode_update(arrays, eps=0.1, min_numel=16, tensorization="tt")
+    mat = encode_update(arrays, eps=0.1, min_numel=16, tensorization="matrix")
+    # the matrix is a TT of order 2 of shape (64, 512) with rank 3: 3 * (64 + 512) entries
+    assert [v.shape for k, v in mat.items() if "@tt/core" in k] == [(1, 64, 3), (3, 512, 1)]
+    # the TT-matrix modes scatter the low matrix rank: far more entries at the same eps
+    assert encoded_nbytes(mat) * 4 < encoded_nbytes(tt)
+    for enc in (tt, mat):
+        dec = decode_update(enc)["fc.weight"]
+        err = np.linalg.norm(dec - arrays["fc.weight"]) / np.linalg.norm(arrays["fc.weight"])
+        assert err <= 0.1 * (1 + 1e-4)
+
+
+def test_auto_tensorization_keeps_the_smaller_per_array():
+    rng = np.random.default_rng(1)
+    # a conv kernel with TT ranks 2 in (Cin, kh, kw, Cout): 120 entries, 352 as a matrix
+    g = [rng.standard_normal(s) for s in [(16, 2), (2, 3, 2), (2, 3, 2), (2, 32)]]
+    conv = np.einsum("ia,ajb,bkc,co->oijk", *g).astype(np.float32)
+    arrays = {"conv": conv, "fc": gradient_like(), "bias": np.ones(64, np.float32)}
+    auto = encode_update(arrays, eps=0.05, min_numel=16, tensorization="auto")
+    for key in ("conv", "fc"):
+        one = {key: arrays[key]}
+        sizes = [encoded_nbytes(encode_update(one, eps=0.05, min_numel=16, tensorization=t))
+                 for t in ("tt", "matrix")]
+        got = encoded_nbytes({k: v for k, v in auto.items() if k.startswith(f"{key}@")})
+        assert got == min(sizes), (key, got, sizes)
+    assert len(auto["conv@tt/tensor"]) == 4 and len(auto["fc@tt/tensor"]) == 2
+    assert "bias@raw" in auto
+    dec = decode_update(auto)
+    assert np.array_equal(dec["bias"], arrays["bias"])
+    for key in ("conv", "fc"):
+        err = np.linalg.norm(dec[key] - arrays[key]) / np.linalg.norm(arrays[key])
+        assert err <= 0.05 * (1 + 1e-4)
+
+
+def test_tensorization_is_validated():
+    with pytest.raises(ValueError, match="tensorization"):
+        encode_update(state(), eps=0.3, tensorization="cp")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from radio.baselines import BitLevelSystem, OrthogonalStreamsSystem
@@ -70,6 +71,7 @@ def test_text_sentiment_task_trains(rt, root):
     _check(tasks, acc, TEXT_CHANCE_MARGIN)
 
 
+@pytest.mark.slow  # ~7 s of training: make test-e2e (loaders: test_radio_tasks)
 def test_generated_image_and_text_tasks_train(rt):
     """shapes10 (CIFAR-10-format images) and synthetic_sentiment through the multiplexer."""
     tasks, data, ch, bank, h_eval = _setup(["shapes10", "synthetic_sentiment"], rt, bank=256)

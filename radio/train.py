@@ -16,6 +16,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -199,7 +200,7 @@ def evaluate_system(
 
 
 def measure_compute_s(
-    system: nn.Module, data: TaskTensors, h: torch.Tensor, batch: int, reps: int
+    system: Any, data: TaskTensors, h: torch.Tensor, batch: int, reps: int
 ) -> dict:
     """Median wall time [s] per inference of transmit and receive processing (measured).
 

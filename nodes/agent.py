@@ -367,6 +367,9 @@ def run_supernode(
     limits = apply_limits(memory_mb, cpus)  # before any child starts: they inherit it
     config = dict(node_config)
     timing = str(config.pop("protocol-timing", "flower"))  # for the agent, not for Flower
+    from nodes.fl.timing import FLEET_SIZE_ENV
+
+    os.environ[FLEET_SIZE_ENV] = str(config.get("num-partitions", 1))  # (fast waits scale)
     cmd = supernode_command(superlink, port, config, warm, timing)
     if not warm:  # Flower's own SuperExec and a fresh ClientApp process per message
         return _run_cold(subprocess.Popen(cmd, env=_env()))

@@ -49,8 +49,9 @@ def test_a_forked_node_collects_garbage_though_its_zygote_does_not(tmp_path: Pat
         assert p is not None and p.wait(timeout=30) == 0
     finally:
         z.stop()
-    enabled, frozen = (tmp_path / "p.log").read_text().split()[1::2]
-    assert enabled == "True" and int(frozen) > 0  # (frozen: the zygote's, shared)
+    log = (tmp_path / "p.log").read_text()
+    enabled, frozen = log.split()[1::2]
+    assert enabled == "True" and int(frozen) > 0, log  # (frozen: the zygote's, shared)
 
 
 def test_forked_node_has_its_own_session_and_stops_like_a_process(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ from nodes.forked import ForkedChild, fork_call
 READY_TIMEOUT_S = 120.0  # how long a spawn waits for the zygote's imports, s
 REAP_S = 0.1  # the zygote reaps its ended nodes this often, s
 MAX_REQUEST = 1 << 20  # bytes of one spawn request
+RECORD_WAIT_S = 2.0  # the longest a reaped node's exit record may lag its reaping, s
 CONNECT_POLL_S = 0.02  # a spawn tries to reach the zygote this often while it imports, s
 
 
@@ -100,7 +101,10 @@ class ZygoteProcess(ForkedChild):
             return int(code.read_text())
         try:
             os.kill(self.pid, 0)  # (a zombie not reaped yet still answers)
-        except ProcessLookupError:  # gone unrecorded: its zygote died before reaping it
+        except ProcessLookupError:  # reaped: its record follows (the zygote writes it
+            deadline = time.monotonic() + RECORD_WAIT_S  # right after waitpid), unless
+            while not code.exists() and time.monotonic() < deadline:  # the zygote died
+                time.sleep(0.01)
             return int(code.read_text()) if code.exists() else -signal.SIGKILL
         return None
 

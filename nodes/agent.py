@@ -137,6 +137,23 @@ def _forward_signals(
     signal.signal(signal.SIGINT, handler)
 
 
+SUPEREXEC_AFTER_S = 60.0  # the longest the SuperExec waits for the SuperLink to listen, s
+
+
+def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Wait until something accepts on ``127.0.0.1:port``; False when ``proc`` ended or
+    ``timeout_s`` passed first."""
+    import socket
+
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.02)
+    return False
+
+
 def run_superlink(port: int, host: str = "127.0.0.1", database: str | None = None) -> int:
     """Run a SuperLink node until stopped; return the SuperLink's exit code.
 
@@ -150,6 +167,9 @@ def run_superlink(port: int, host: str = "127.0.0.1", database: str | None = Non
     env = _env()
     cmd = superlink_command(port, host, database, isolation="process")
     link = subprocess.Popen(cmd, env=env)
+    # The SuperExec connects to the SuperLink (and retries until it can): started once
+    # the SuperLink listens, its imports do not slow the SuperLink's own start.
+    _wait_listening(port, link, SUPEREXEC_AFTER_S)
     sx = subprocess.Popen(
         [flower_bin("flower-superexec"), "--insecure", "--runtime-api-address", f"{host}:{port}"],
         env=env,
@@ -279,7 +299,6 @@ def _prewarm(ready_file: str | None, limits: dict[str, str] | None = None) -> No
     torch.set_num_threads(1)
     if not _WARM:
         import numpy as np
-        import sklearn.datasets  # noqa: F401
 
         import nodes.fl.client_app  # noqa: F401  (flwr's ClientApp stack)
         from nodes.data.datasets import Dataset
@@ -348,6 +367,9 @@ def run_supernode(
     limits = apply_limits(memory_mb, cpus)  # before any child starts: they inherit it
     config = dict(node_config)
     timing = str(config.pop("protocol-timing", "flower"))  # for the agent, not for Flower
+    from nodes.fl.timing import FLEET_SIZE_ENV
+
+    os.environ[FLEET_SIZE_ENV] = str(config.get("num-partitions", 1))  # (fast waits scale)
     cmd = supernode_command(superlink, port, config, warm, timing)
     if not warm:  # Flower's own SuperExec and a fresh ClientApp process per message
         return _run_cold(subprocess.Popen(cmd, env=_env()))

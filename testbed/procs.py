@@ -50,7 +50,7 @@ def wait_port(
             s.settimeout(0.2)
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
-        time.sleep(0.1)
+        time.sleep(0.02)
     raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout_s:.0f} s")
 
 

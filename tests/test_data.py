@@ -23,6 +23,41 @@ def test_digits_shape() -> None:
     assert d.x.shape == (1797, 1, 8, 8) and d.num_classes == 10 and d.x.max() <= 1.0
 
 
+def test_digits_read_from_the_file_equal_scikit_learns_loader(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bundled CSV read directly gives exactly what sklearn's loader gives, and the
+    fallback (sklearn's loader, when the file is not found) the same arrays."""
+    from sklearn.datasets import load_digits as sk_load
+
+    import nodes.data.datasets as ds
+
+    ref = sk_load()
+    d = load_digits()
+    assert ds._digits_file() is not None  # (else this test compares the fallback only)
+    assert np.array_equal(d.x[:, 0], (ref.images / 16.0).astype(np.float32))
+    assert np.array_equal(d.y, ref.target) and d.x.dtype == np.float32
+    monkeypatch.setattr(ds, "_digits_file", lambda: None)
+    fb = load_digits()
+    assert np.array_equal(fb.x, d.x) and np.array_equal(fb.y, d.y)
+
+
+def test_digits_load_without_importing_scikit_learn() -> None:
+    """A node (and the ServerApp) that loads digits does not pay for sklearn/SciPy."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from nodes.data.datasets import load_digits; load_digits(); "
+        "print([m for m in ('sklearn', 'scipy') if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert out.stdout.strip() == "[]"
+
+
 def test_synthetic_is_deterministic_and_grouped() -> None:
     a, b = load_synthetic(num_samples=500, seed=3), load_synthetic(num_samples=500, seed=3)
     assert np.array_equal(a.x, b.x) and len(a) == 500 and a.groups is not None

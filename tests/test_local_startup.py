@@ -43,3 +43,5 @@ def test_a_node_counts_as_registered_once_its_supernode_logged_its_id(tmp_path: 
     with logs[0].open("ab") as f:
         f.write(b"SuperNode ID: 17\n")
     assert backend.registered() == {"edge-1", "edge-2"}
+    assert backend.registered(["edge-1", "edge-3"]) == {"edge-1"}  # (only those asked)
+    assert set(backend.node_ids().values()) == {"edge-1", "edge-2"}

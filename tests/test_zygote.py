@@ -40,6 +40,20 @@ def test_forked_node_runs_its_command_and_reports_its_exit(tmp_path: Path) -> No
     assert processes_under(tmp_path) == []
 
 
+def test_a_forked_node_collects_garbage_though_its_zygote_does_not(tmp_path: Path) -> None:
+    """The zygote imports with the cyclic GC off and freezes its objects; a node (a
+    long-running process) must collect its own cycles again."""
+    z = _zygote(tmp_path)
+    try:
+        p = z.spawn([sys.executable, "-m", "tests.zygote_probe"], tmp_path / "p.log", {})
+        assert p is not None and p.wait(timeout=30) == 0
+    finally:
+        z.stop()
+    log = (tmp_path / "p.log").read_text()
+    enabled, frozen = log.split()[1::2]
+    assert enabled == "True" and int(frozen) > 0, log  # (frozen: the zygote's, shared)
+
+
 def test_forked_node_has_its_own_session_and_stops_like_a_process(tmp_path: Path) -> None:
     z = _zygote(tmp_path)
     group = ProcGroup()

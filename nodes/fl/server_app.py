@@ -90,9 +90,9 @@ def main(grid: Grid, context: Context) -> None:
     names: list[str] = json.loads(str(rc["node-names"]))
     tel = Telemetry(str(rc.get("telemetry-path", "")) or None)
     if spec.protocol_timing == "fast":  # the grid's 3 s reply polls (nodes/fl/timing.py)
-        from nodes.fl.timing import SERVERAPP, install
+        from nodes.fl.timing import SERVERAPP, fleet_scale, install
 
-        install(SERVERAPP)
+        install(SERVERAPP, fleet_scale(len(names)))  # (each poll asks for every reply)
     tel.event("protocol_timing", mode=spec.protocol_timing)
     tolerate_superlink_restarts(grid, tel)
     splits = task.get_splits(spec, seed, len(names))

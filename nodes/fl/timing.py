@@ -73,6 +73,8 @@ SERVERAPP = "serverapp"
 CLIENTAPP = "clientapp"
 BACKOFF_MODULE = "flwr.supercore.inflatable.inflatable_utils"
 BACKOFF_FUNCTIONS = ("pull_objects", "pull_and_inflate_object_from_tree")
+FLEET_SIZE_ENV = "TESTBED_FLEET_SIZE"  # client nodes of the fleet (the node agent sets it)
+POLL_FLEET = 4  # the fleet size the SuperNode's ``fast`` waits are for (the quickstart's)
 #: keyword default -> (Flower's value, the value in ``fast`` mode)
 FAST_BACKOFF: dict[str, tuple[float | None, float | None]] = {
     "initial_backoff": (1, 0.02),
@@ -174,7 +176,28 @@ def _check_hard_coded(wait: Wait, code: CodeType) -> None:
         )
 
 
-def _set_backoff(fast: bool) -> None:
+def fleet_scale(fleet_size: int) -> float:
+    """Factor on a SuperNode's ``fast`` waits in a fleet of ``fleet_size`` client nodes.
+
+    Every SuperNode's empty pull and object-pull retry is a request to the one
+    SuperLink: 4 SuperNodes pulling every 0.1 s make 40 requests a second, 60 of them
+    600, which saturate the SuperLink on a 2-core machine (a 60-node fleet in ``fast``
+    mode then completed no round, ``docs/benchmarks.md``). The waits grow with the fleet
+    (``fleet_size / POLL_FLEET``, at least 1) so that the SuperLink's load from polls
+    stays that of :data:`POLL_FLEET` nodes; each stays at most Flower's own wait.
+    """
+    return max(1.0, fleet_size / POLL_FLEET)
+
+
+def _fast_backoff(scale: float) -> dict[str, float | None]:
+    """The object-pull back-off defaults in ``fast`` mode, ``scale``-d (Flower's at most)."""
+    out: dict[str, float | None] = {}
+    for k, (flower, fast) in FAST_BACKOFF.items():
+        out[k] = None if fast is None or flower is None else min(flower, fast * scale)
+    return out
+
+
+def _set_backoff(fast: bool, scale: float = 1.0) -> None:
     """Give the object-pull functions the ``fast`` (or Flower's) back-off defaults."""
     module = importlib.import_module(BACKOFF_MODULE)
     for name in BACKOFF_FUNCTIONS:
@@ -182,18 +205,21 @@ def _set_backoff(fast: bool) -> None:
         defaults = dict(getattr(fn, "__kwdefaults__", None) or {})
         want = {k: v[0] for k, v in FAST_BACKOFF.items()}
         now = {k: defaults.get(k, "absent") for k in FAST_BACKOFF}
-        if fast and now != want and now != {k: v[1] for k, v in FAST_BACKOFF.items()}:
+        ours = now["max_tries_per_object"] is None and now["initial_backoff"] != "absent"
+        if fast and now != want and not ours:
             raise RuntimeError(
                 f"protocol_timing fast: {BACKOFF_MODULE}.{name} back-off defaults are "
                 f"{now}, not Flower 1.41's {want} (update nodes/fl/timing.py)"
             )
-        defaults.update({k: v[1 if fast else 0] for k, v in FAST_BACKOFF.items()})
+        defaults.update(_fast_backoff(scale) if fast else want)
         fn.__kwdefaults__ = defaults  # type: ignore[union-attr]
 
 
-def install(component: str) -> dict[str, TimeShim]:
+def install(component: str, scale: float = 1.0) -> dict[str, TimeShim]:
     """Shorten ``component``'s waits in this process (``supernode``, ``serverapp``, or
-    ``clientapp``: the warm executor's process) and the object-pull back-off.
+    ``clientapp``: the warm executor's process) and the object-pull back-off; ``scale``
+    multiplies the ``fast`` values, each staying at most Flower's (a SuperNode in a
+    large fleet: :func:`fleet_scale`).
 
     Returns
     -------
@@ -207,8 +233,9 @@ def install(component: str) -> dict[str, TimeShim]:
         module = importlib.import_module(wait.module)
         code = _code(module, wait.function)
         _check_hard_coded(wait, code)
-        rules.setdefault(wait.module, {})[code] = (wait.flower_s, wait.fast_s)
-    _set_backoff(True)
+        fast_s = min(wait.flower_s, wait.fast_s * scale)
+        rules.setdefault(wait.module, {})[code] = (wait.flower_s, fast_s)
+    _set_backoff(True, scale)
     shims: dict[str, TimeShim] = {}
     for name, waits in rules.items():
         module = importlib.import_module(name)
@@ -220,10 +247,15 @@ def install(component: str) -> dict[str, TimeShim]:
             shims[name] = module.time = TimeShim(waits)  # type: ignore[attr-defined]
         else:
             raise RuntimeError(f"protocol_timing fast: {name}.time is not the time module")
-    listed = ", ".join(f"{w.function} {w.flower_s:g}->{w.fast_s:g} s" for w in WAITS[component])
+    listed = ", ".join(
+        f"{w.function} {w.flower_s:g}->{min(w.flower_s, w.fast_s * scale):g} s"
+        for w in WAITS[component]
+    )
+    backoff = _fast_backoff(scale)
     print(
-        f"protocol_timing fast ({component}): {listed or 'no polling wait'}; object-pull "
-        f"back-off {FAST_BACKOFF['initial_backoff'][1]}-{FAST_BACKOFF['backoff_cap'][1]} s",
+        f"protocol_timing fast ({component}{f', x{scale:g} for the fleet' if scale != 1 else ''}"
+        f"): {listed or 'no polling wait'}; object-pull back-off "
+        f"{backoff['initial_backoff']:g}-{backoff['backoff_cap']:g} s",
         file=sys.stderr,
         flush=True,
     )
@@ -308,8 +340,10 @@ def main(argv: Sequence[str] | None = None, notify_fd: int | None = None) -> int
 
     ``MODE`` is ``flower`` or ``fast``; ``SCRIPT`` one of :data:`SCRIPTS`. The script's
     own entry point (from Flower's package metadata) runs with ``sys.argv`` set as if
-    it had been started directly. ``notify_fd`` (a SuperNode in ``fast`` mode, called
-    in-process by the node agent): see :func:`notify_task_ready`.
+    it had been started directly. In ``fast`` mode the waits grow with the fleet size
+    in ``$TESTBED_FLEET_SIZE`` (:func:`fleet_scale`; 1 when unset). ``notify_fd`` (a
+    SuperNode in ``fast`` mode, called in-process by the node agent): see
+    :func:`notify_task_ready`.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) < 2 or args[0] not in PROTOCOL_TIMINGS or args[1] not in SCRIPTS:
@@ -321,7 +355,7 @@ def main(argv: Sequence[str] | None = None, notify_fd: int | None = None) -> int
         return 2
     mode, script, rest = args[0], args[1], args[2:]
     if mode == "fast":
-        install(SCRIPTS[script])
+        install(SCRIPTS[script], fleet_scale(int(os.environ.get(FLEET_SIZE_ENV, "1"))))
         if notify_fd is not None:
             notify_task_ready(notify_fd)
     (entry,) = entry_points(group="console_scripts", name=script)

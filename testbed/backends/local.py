@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -39,6 +40,8 @@ APP_DIR = Path(__file__).resolve().parents[2] / "nodes" / "fl" / "app"
 SUPEREXEC_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"  # Flower's own setting, s
 FAST_SUPEREXEC_POLL_S = 0.1  # its value in ``fast`` protocol timing
 REGISTER_TIMEOUT_S = 30.0  # the longest start() waits for the nodes to register, s
+START_POLL_S = 0.02  # start() checks for warm and registered nodes this often, s
+SUPERNODE_ID = re.compile(r"SuperNode ID: (\d+)")  # a SuperNode's registration, logged
 
 
 @runtime_checkable
@@ -140,12 +143,13 @@ class LocalBackend:
         the SuperLink's state may be in memory, so its logs are what is read. A node
         that exits, or does not register in time, is left to the run: the ServerApp's
         ``fleet_connected`` event records who was there."""
-        names = {n.name for n in self.plan.clients}
+        pending = {n.name for n in self.plan.clients}
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self.registered() != names:
-            if any(self._exited(n.name) for n in self.plan.clients):
+        while time.monotonic() < deadline:
+            pending -= self.registered(pending)  # (a registered node's log: read no more)
+            if not pending or any(self._exited(n) for n in pending):
                 return
-            time.sleep(0.1)
+            time.sleep(START_POLL_S)
 
     def _exited(self, name: str) -> bool:
         """Whether client node ``name``'s main process has exited."""
@@ -206,7 +210,7 @@ class LocalBackend:
             while not self._ready_file(node.name).exists():
                 if time.monotonic() > deadline or self.procs.procs[node.name].poll() is not None:
                     raise RuntimeError(f"node {node.name} did not warm up (see its log)")
-                time.sleep(0.1)
+                time.sleep(START_POLL_S)
 
     def _limit_args(self, node: PlannedNode) -> list[str]:
         """Memory cap from the profile; CPUs pinned round-robin when the profile has
@@ -558,23 +562,25 @@ class LocalBackend:
             env=_env(home),
         )
 
+    def _log_text(self, name: str) -> str:
+        log = self.run_dir / "logs" / f"{name}.log"
+        return log.read_text(errors="replace") if log.exists() else ""
+
     def node_ids(self) -> dict[str, str]:
         """Flower node id -> node name, from each SuperNode's registration in its log
         (a restarted node registers again under a new id: all map to its name)."""
-        import re
-
         out: dict[str, str] = {}
         for node in self.plan.clients:
-            log = self.run_dir / "logs" / f"{node.name}.log"
-            if log.exists():
-                for nid in re.findall(r"SuperNode ID: (\d+)", log.read_text(errors="replace")):
-                    out[nid] = node.name
+            for nid in SUPERNODE_ID.findall(self._log_text(node.name)):
+                out[nid] = node.name
         return out
 
-    def registered(self) -> set[str]:
-        """Client nodes whose SuperNode has logged its registration (``SuperNode ID``,
-        printed once the SuperLink activated it: the node is online there)."""
-        return set(self.node_ids().values())
+    def registered(self, among: Collection[str] | None = None) -> set[str]:
+        """Client nodes (of ``among``; default: all) whose SuperNode has logged its
+        registration (``SuperNode ID``, printed once the SuperLink activated it: the
+        node is online there)."""
+        names = [n.name for n in self.plan.clients] if among is None else among
+        return {name for name in names if SUPERNODE_ID.search(self._log_text(name))}
 
     def alive(self) -> dict[str, bool]:
         return {name: p.poll() is None for name, p in self.procs.procs.items()}

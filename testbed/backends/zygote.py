@@ -1,13 +1,17 @@
 """Fork server ("zygote") of the local backend: client nodes forked, not started.
 
 Every client node of the local backend is the same program (``python -m testbed node
-supernode ...``) importing the same stack: torch, sklearn, flwr and the testbed's
-ClientApp, ~2.9 s and ~250 MB of private memory each when started fresh (NOTES.md),
-13-17 s when four start at once on 2 cores. The zygote is one process per run that
-imports that stack once and warms it up (one tiny training step per optimizer), then
-forks a node whenever the backend asks: the node runs in milliseconds and shares the
-imported pages with the zygote and every other node copy-on-write, so each counts
-only the pages it writes in its proportional set size (PSS).
+supernode ...``) importing the same stack: torch, flwr and the testbed's ClientApp,
+~2.9 s and ~250 MB of private memory each when started fresh (NOTES.md), 13-17 s when
+four start at once on 2 cores. The zygote is one process per run that imports that
+stack once and warms it up (one tiny training step per optimizer), then forks a node
+whenever the backend asks: the node runs in milliseconds and shares the imported pages
+with the zygote and every other node copy-on-write, so each counts only the pages it
+writes in its proportional set size (PSS). As Python's documentation advises for a
+process that forks without exec, the zygote runs with the cyclic garbage collector
+disabled and freezes what it imported before forking (no collection: it would leave
+freed holes in shared pages), and each node enables it again; imports without
+collections also take ~25 % less CPU (the fleet's start waits for the zygote).
 
 A forked node is the node the plain command would have started: same arguments, same
 environment, its own session (process group), its log on stdout/stderr, cwd. It is not
@@ -40,6 +44,8 @@ from nodes.forked import ForkedChild, fork_call
 READY_TIMEOUT_S = 120.0  # how long a spawn waits for the zygote's imports, s
 REAP_S = 0.1  # the zygote reaps its ended nodes this often, s
 MAX_REQUEST = 1 << 20  # bytes of one spawn request
+RECORD_WAIT_S = 2.0  # the longest a reaped node's exit record may lag its reaping, s
+CONNECT_POLL_S = 0.02  # a spawn tries to reach the zygote this often while it imports, s
 
 
 def warm_up() -> None:
@@ -47,6 +53,7 @@ def warm_up() -> None:
     import flwr.cli.install  # noqa: F401
     import flwr.clientapp.utils  # noqa: F401
     import flwr.supernode.cli.flower_supernode  # noqa: F401
+    import flwr.supernode.main  # noqa: F401  (the SuperNode's Runtime API, imported lazily)
     import flwr.supernode.runtime.run_clientapp  # noqa: F401
     import flwr.supernode.start_client_internal  # noqa: F401
 
@@ -55,7 +62,20 @@ def warm_up() -> None:
     import testbed.cli  # noqa: F401  (the node's own entry point)
     from nodes.agent import _prewarm
 
-    _prewarm(None)  # torch, sklearn, the ClientApp; one training step per optimizer
+    _uvicorn_implementations()
+    _prewarm(None)  # torch, the ClientApp; one training step per optimizer
+
+
+def _uvicorn_implementations() -> None:
+    """Import what uvicorn imports only when a server starts (its event loop, HTTP,
+    WebSocket and lifespan implementations): every SuperNode starts one for its Runtime
+    API before it registers."""
+    import uvicorn
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:  # (never served)
+        return None
+
+    uvicorn.Config(app=app, host="127.0.0.1", port=0).load()
 
 
 class ZygoteProcess(ForkedChild):
@@ -81,7 +101,10 @@ class ZygoteProcess(ForkedChild):
             return int(code.read_text())
         try:
             os.kill(self.pid, 0)  # (a zombie not reaped yet still answers)
-        except ProcessLookupError:  # gone unrecorded: its zygote died before reaping it
+        except ProcessLookupError:  # reaped: its record follows (the zygote writes it
+            deadline = time.monotonic() + RECORD_WAIT_S  # right after waitpid), unless
+            while not code.exists() and time.monotonic() < deadline:  # the zygote died
+                time.sleep(0.01)
             return int(code.read_text()) if code.exists() else -signal.SIGKILL
         return None
 
@@ -130,7 +153,7 @@ class Zygote:
                 s.close()
             if time.monotonic() > deadline:
                 break
-            time.sleep(0.05)
+            time.sleep(CONNECT_POLL_S)
         return None
 
     def spawn(
@@ -174,6 +197,7 @@ class Zygote:
 def _node_main(request: dict[str, Any]) -> int | None:
     """Become the node of ``request`` (in the forked child): session, log, env, argv."""
     os.setsid()
+    gc.enable()  # (disabled in the zygote, see the module's docstring)
     log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -230,9 +254,9 @@ def _reap(exits: Path, nodes: set[int]) -> None:
 def serve(name: str, exits: Path, warm: bool = True) -> int:
     """Zygote main loop: warm up, then fork nodes until the backend's process is gone."""
     parent, t0 = os.getppid(), time.monotonic()
+    gc.disable()  # for good in the zygote; each node enables it again (_node_main)
     if warm:
         warm_up()
-    gc.collect()
     gc.freeze()  # imported objects stay out of the nodes' collections: fewer pages copied
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind("\0" + name)

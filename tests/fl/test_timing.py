@@ -184,6 +184,25 @@ def test_other_waits_and_values_pass_through(slept: list[float]) -> None:
     assert slept == [3, 3, 0.5, 3]
 
 
+def test_a_large_fleets_supernodes_wait_longer_never_longer_than_flower(
+    slept: list[float],
+) -> None:
+    """60 SuperNodes pulling every 0.1 s saturate the SuperLink: a node's fast waits
+    grow with the fleet beyond 4 nodes, and stop at Flower's own."""
+    assert timing.fleet_scale(1) == timing.fleet_scale(4) == 1.0
+    assert timing.fleet_scale(60) == 15.0
+    shim = install(SUPERNODE, timing.fleet_scale(60))["flwr.supernode.start_client_internal"]
+    assert shim.waits[sci.start_client_internal.__code__] == (3.0, 1.5)
+    assert shim.waits[sci._push_messages.__code__] == (0.5, 0.3)
+    backoff = inflatable.pull_objects.__kwdefaults__
+    assert backoff["initial_backoff"] == 0.3 and backoff["backoff_cap"] == 3.0
+    install(SUPERNODE, timing.fleet_scale(400))  # (again, bigger: replaces the values)
+    assert shim.waits[sci.start_client_internal.__code__] == (3.0, 3.0)
+    assert backoff is not inflatable.pull_objects.__kwdefaults__
+    assert inflatable.pull_objects.__kwdefaults__["backoff_cap"] == 10
+    assert inflatable.pull_objects.__kwdefaults__["max_tries_per_object"] is None
+
+
 def test_install_is_idempotent_and_uninstall_restores(slept: list[float]) -> None:
     first = install(SUPERNODE)
     assert install(SUPERNODE) == first

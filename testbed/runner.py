@@ -142,10 +142,12 @@ def execute(ctx: RunContext) -> RunResult:
         raise
     finally:
         summary["wall_s"] = time.time() - t0
-        store.finish_run(run_id, status, summary)
-        store.add_event(run_id, "run_finished", status=status)
-        if watchdog is not None:
-            _reap_leftovers(ctx, watchdog)
+        try:  # the watchdog stopped and leftovers reaped before the status says "ended"
+            if watchdog is not None:
+                _reap_leftovers(ctx, watchdog)
+        finally:
+            store.finish_run(run_id, status, summary)
+            store.add_event(run_id, "run_finished", status=status)
         result = RunResult(run_id, status, ctx.run_dir, summary["wall_s"], summary)
         if ctx.observer:
             ctx.observer.finished(result)

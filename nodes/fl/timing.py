@@ -189,6 +189,11 @@ def fleet_scale(fleet_size: int) -> float:
     return max(1.0, fleet_size / POLL_FLEET)
 
 
+def fast_wait_s(wait: Wait, scale: float = 1.0) -> float:
+    """``wait`` in ``fast`` mode, ``scale``-d (:func:`fleet_scale`), Flower's at most, s."""
+    return min(wait.flower_s, wait.fast_s * scale)
+
+
 def _fast_backoff(scale: float) -> dict[str, float | None]:
     """The object-pull back-off defaults in ``fast`` mode, ``scale``-d (Flower's at most)."""
     out: dict[str, float | None] = {}
@@ -233,8 +238,7 @@ def install(component: str, scale: float = 1.0) -> dict[str, TimeShim]:
         module = importlib.import_module(wait.module)
         code = _code(module, wait.function)
         _check_hard_coded(wait, code)
-        fast_s = min(wait.flower_s, wait.fast_s * scale)
-        rules.setdefault(wait.module, {})[code] = (wait.flower_s, fast_s)
+        rules.setdefault(wait.module, {})[code] = (wait.flower_s, fast_wait_s(wait, scale))
     _set_backoff(True, scale)
     shims: dict[str, TimeShim] = {}
     for name, waits in rules.items():

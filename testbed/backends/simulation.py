@@ -58,15 +58,18 @@ def check_experiment(exp: Experiment) -> None:
             raise ValueError(f"simulation.availability.path: {e}") from None
 
 
-def protocol_terms(timing: str, sim: SimulationSpec) -> dict[str, float | None]:
-    """The clock's protocol terms for ``workload.fl.protocol_timing`` ``timing``:
+def protocol_terms(
+    timing: str, sim: SimulationSpec, fleet_size: int = 1
+) -> dict[str, float | None]:
+    """The clock's protocol terms for ``workload.fl.protocol_timing`` ``timing`` and
+    ``fleet_size`` clients (the poll period grows with the fleet as the real one's):
     ``protocol_delay_s``, ``startup_s`` and ``poll_period_s`` (None: no poll grid).
 
     With ``simulation.poll_grid`` the grid plays the two polls' waits, so the default
     delay is the measured one less their expected sum (half a period each: a pull
     phase and a reply poll, uniform over a period); an explicit delay is kept as is.
     """
-    period = poll_period_s(timing) if sim.poll_grid else None
+    period = poll_period_s(timing, fleet_size) if sim.poll_grid else None
     delay = protocol_delay_s(timing, sim.protocol_delay_s)
     if period is not None and sim.protocol_delay_s is None:
         delay = max(0.0, delay - period)
@@ -162,7 +165,7 @@ class SimulationBackend:
             "wall_cap_s": max(600.0, 10 * deadline),
             "clock": {
                 "deadline_s": deadline,
-                **protocol_terms(spec.protocol_timing, sim),
+                **protocol_terms(spec.protocol_timing, sim, len(clients)),
                 "seed": self.plan.seed,
                 "models": models,
                 "model_of": model_of,

@@ -31,18 +31,20 @@ POLL_STREAM = 3
 EPS_S = 1e-9
 
 
-def poll_period_s(timing: str) -> float:
-    """Flower's poll period in ``timing`` (``workload.fl.protocol_timing``), seconds: the
-    ServerApp grid's reply poll of :data:`nodes.fl.timing.WAITS` (the SuperNode's empty
-    pull sleeps as long)."""
-    from nodes.fl.timing import PROTOCOL_TIMINGS, SERVERAPP, WAITS
+def poll_period_s(timing: str, fleet_size: int = 1) -> float:
+    """Flower's poll period in ``timing`` (``workload.fl.protocol_timing``) for a fleet of
+    ``fleet_size`` clients, seconds: the ServerApp grid's reply poll of
+    :data:`nodes.fl.timing.WAITS` (the SuperNode's empty pull sleeps as long), in
+    ``fast`` mode scaled with the fleet as the real fleet's
+    (:func:`nodes.fl.timing.fleet_scale`)."""
+    from nodes.fl.timing import PROTOCOL_TIMINGS, SERVERAPP, WAITS, fast_wait_s, fleet_scale
 
     if timing not in PROTOCOL_TIMINGS:
         raise ValueError(
             f"workload.fl.protocol_timing: {timing!r} (allowed: {list(PROTOCOL_TIMINGS)})"
         )
     wait = WAITS[SERVERAPP][0]
-    return wait.flower_s if timing == "flower" else wait.fast_s
+    return wait.flower_s if timing == "flower" else fast_wait_s(wait, fleet_scale(fleet_size))
 
 
 @dataclass

@@ -70,6 +70,9 @@ def test_backend_settings_carry_startup_and_poll_grid(tmp_path: Path) -> None:
 def test_poll_period_is_flowers_hard_coded_wait() -> None:
     assert poll_period_s("flower") == 3.0
     assert poll_period_s("fast") == pytest.approx(0.1)
+    # the real fleet's fast waits grow with it (x N/4 beyond 4 nodes), Flower's at most
+    assert poll_period_s("fast", 8) == pytest.approx(0.2)
+    assert poll_period_s("fast", 10_000) == 3.0
     with pytest.raises(ValueError, match="protocol_timing"):
         poll_period_s("grpc-bidi")
     with pytest.raises(ValueError, match="period_s"):

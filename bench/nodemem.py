@@ -16,6 +16,8 @@ from pathlib import Path
 
 import psutil
 
+from testbed.procs import children_map
+
 READY = re.compile(r"/nodes/([^/]+)/ready$")
 
 
@@ -31,14 +33,6 @@ def rollup_mb(pid: int) -> tuple[float, float]:
         if key in kb:
             kb[key] = int(rest.split()[0])
     return kb["Rss"] / 1024, kb["Pss"] / 1024
-
-
-def children_map() -> dict[int, list[int]]:
-    """Parent pid -> its children's pids, from one pass over the process table."""
-    kids: dict[int, list[int]] = {}
-    for p in psutil.process_iter(["pid", "ppid"]):
-        kids.setdefault(p.info["ppid"], []).append(p.info["pid"])
-    return kids
 
 
 def tree_mb(root: int, kids: dict[int, list[int]] | None = None) -> tuple[float, float]:

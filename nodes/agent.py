@@ -386,10 +386,10 @@ def run_supernode(
     # Warm up while the SuperNode connects: the ClientApp's imports happen once, here.
     threading.Thread(target=_prewarm, args=(ready_file, limits), daemon=True).start()
 
-    from nodes.fl.timing import CLIENTAPP, executor_poll_s, install
+    from nodes.fl.timing import CLIENTAPP, executor_poll_s, fleet_scale, install
 
     if timing == "fast":  # the ClientApp's object pulls run here (nodes/fl/timing.py)
-        install(CLIENTAPP)
+        install(CLIENTAPP, fleet_scale(int(os.environ[FLEET_SIZE_ENV])))
     wake = wake_r if timing == "fast" else None
     executor = WarmExecutor(f"127.0.0.1:{port}", executor_poll_s(timing), wake_fd=wake)
     _forward_signals(child, executor.stop)

@@ -71,6 +71,34 @@ def terminate_then_kill(procs: list[psutil.Process], grace_s: float) -> None:
     psutil.wait_procs(alive, timeout=2)
 
 
+def children_map() -> dict[int, list[int]]:
+    """Parent pid -> its children's pids, from one pass over the process table.
+
+    ``psutil``'s ``children(recursive=True)`` reads the whole process table on every
+    call: a controller sampling 60 nodes' trees that way four times a second spent
+    ~0.45 of this machine's 2 cores on it. Callers that look at many trees at once
+    take one map and pass it to :meth:`ProcGroup.tree`.
+    """
+    kids: dict[int, list[int]] = {}
+    for q in psutil.process_iter(["ppid"]):
+        kids.setdefault(q.info["ppid"], []).append(q.pid)
+    return kids
+
+
+def _descendants(pid: int, kids: dict[int, list[int]]) -> list[psutil.Process]:
+    """The live descendants of ``pid`` in a :func:`children_map`."""
+    out: list[psutil.Process] = []
+    todo = list(kids.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        todo.extend(kids.get(child, ()))
+        try:
+            out.append(psutil.Process(child))
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
 class ProcGroup:
     """Start processes in their own session; stop them and all their descendants."""
 
@@ -100,22 +128,25 @@ class ProcGroup:
         self._known[name] = {p.pid}
         return p
 
-    def tree(self, name: str) -> list[psutil.Process]:
-        """The live process tree of ``name`` (remembered, so orphans are found too)."""
+    def tree(self, name: str, kids: dict[int, list[int]] | None = None) -> list[psutil.Process]:
+        """The live process tree of ``name`` (remembered, so orphans are found too);
+        ``kids``: a :func:`children_map` to walk instead of reading the process table."""
         p = self.procs[name]
         out: list[psutil.Process] = []
         try:
             root = psutil.Process(p.pid)
-            out = [root, *root.children(recursive=True)]
+            out = [root, *(root.children(recursive=True) if kids is None else [])]
         except psutil.NoSuchProcess:
             pass
+        if kids is not None and out:
+            out += _descendants(p.pid, kids)
         self._known[name] |= {q.pid for q in out}
         return out
 
-    def rss_mb(self, name: str) -> float:
-        """Resident memory of ``name``'s whole process tree, MB."""
+    def rss_mb(self, name: str, kids: dict[int, list[int]] | None = None) -> float:
+        """Resident memory of ``name``'s whole process tree, MB (``kids``: see :meth:`tree`)."""
         total = 0
-        for q in self.tree(name):
+        for q in self.tree(name, kids):
             try:
                 total += q.memory_info().rss
             except psutil.NoSuchProcess:

@@ -36,7 +36,13 @@ The node's warm executor is the testbed's (it stands for Flower's SuperExec): in
 ``fast`` mode it does not poll the SuperNode for tasks every few milliseconds (each poll
 is an HTTP request, and on 2 cores dozens of them a second slow every object transfer
 of the round) but waits on a pipe that the SuperNode writes to when a task is ready
-(:func:`notify_task_ready`, wrapping :data:`TASK_READY`), with a 3 s poll as fallback.
+(:func:`notify_task_ready`, wrapping :data:`TASK_READY`), and acquires a task only
+then (a poll every :data:`FAST_EXECUTOR_FALLBACK_S` is the fallback): a task acquired
+before its SuperNode has stored the message's objects would be pulled from the SuperNode
+again and again. A 60-node ``fast`` fleet completed no round while its executors, woken
+by an earlier 3 s fallback poll, pulled unstored objects from their SuperNodes every
+0.02-0.2 s (docs/lean.md). The ClientApp's object-pull back-off grows with the fleet as
+the SuperNode's does (:func:`fleet_scale`), which bounds such pulls should one happen.
 The server node's SuperExec polls for submitted runs every 0.1 s instead of 1 s
 (Flower's own ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``, set by the local backend).
 
@@ -75,6 +81,9 @@ BACKOFF_MODULE = "flwr.supercore.inflatable.inflatable_utils"
 BACKOFF_FUNCTIONS = ("pull_objects", "pull_and_inflate_object_from_tree")
 FLEET_SIZE_ENV = "TESTBED_FLEET_SIZE"  # client nodes of the fleet (the node agent sets it)
 POLL_FLEET = 4  # the fleet size the SuperNode's ``fast`` waits are for (the quickstart's)
+#: The warm executor's poll between wake-ups in ``fast`` mode, s: a safety net only (the
+#: SuperNode wakes it when a task is ready); see :func:`executor_poll_s`.
+FAST_EXECUTOR_FALLBACK_S = 30.0
 #: keyword default -> (Flower's value, the value in ``fast`` mode)
 FAST_BACKOFF: dict[str, tuple[float | None, float | None]] = {
     "initial_backoff": (1, 0.02),
@@ -328,11 +337,14 @@ def executor_poll_s(protocol_timing: str) -> float:
 
     ``flower``: 0.2 s, as before this setting existed (Flower's own SuperExec waits
     1 s, but the warm executor replaces it, and its per-message process start, anyway);
-    ``fast``: 3 s, a fallback only: the SuperNode wakes its executor as soon as a task
-    is ready (:func:`notify_task_ready`). (A poll finds a task as soon as Flower creates
-    it, before its objects are pulled: frequent polls would race the SuperNode's pull.)
+    ``fast``: :data:`FAST_EXECUTOR_FALLBACK_S`, a fallback only: the SuperNode wakes its
+    executor as soon as a task is ready (:func:`notify_task_ready`). A poll finds a task
+    as soon as Flower creates it, before its objects are pulled, so any poll races the
+    SuperNode's pull: with a 3 s fallback, a 30-node round's SuperNode pulls took longer
+    than 3 s, the executors took their tasks early and pulled the missing objects from
+    their SuperNodes 5-50 times a second each (the round's CPU went to these requests).
     """
-    return 3.0 if protocol_timing == "fast" else 0.2
+    return FAST_EXECUTOR_FALLBACK_S if protocol_timing == "fast" else 0.2
 
 
 #: Flower console scripts the shim can start -> the component whose waits change.

@@ -43,9 +43,14 @@ class WarmExecutor:
     on_task : callable, optional
         Called with ``(task_id, duration_s, ok)`` after each task.
     wake_fd : int, optional
-        Read end of a pipe the SuperNode writes to when a task is ready
-        (:func:`nodes.fl.timing.notify_task_ready`): the executor then polls at once,
-        and otherwise only every ``poll_interval_s``.
+        Read end of a pipe the SuperNode writes to when a task is ready, i.e. stored
+        with all its objects (:func:`nodes.fl.timing.notify_task_ready`): the executor
+        then polls at once, and otherwise only every ``poll_interval_s`` (a fallback).
+        With a pipe it also waits for a wake-up after each task instead of polling
+        straight away: Flower creates a task before its SuperNode has pulled the
+        message's objects, and an executor that acquired it that early would pull the
+        missing objects from its SuperNode again and again (``fast`` mode's short
+        back-off) until they were there.
     """
 
     def __init__(
@@ -113,8 +118,9 @@ class WarmExecutor:
                     self.tasks_run += 1
                     if self.on_task:
                         self.on_task(res.task.task_id, time.perf_counter() - t0, ok)
-                else:
-                    self._idle()
+                    if self.wake_fd is None:
+                        continue  # poll again at once (a wake-up pipe: wait for it)
+                self._idle()
         finally:
             client.close()
 

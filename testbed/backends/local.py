@@ -30,7 +30,7 @@ from testbed.backends.zygote import Zygote
 from testbed.emulation.kinds import LINK_KINDS
 from testbed.emulation.link import Link
 from testbed.planner import Plan, PlannedNode
-from testbed.procs import Popen, ProcGroup, free_port, wait_port
+from testbed.procs import Popen, ProcGroup, children_map, free_port, wait_port
 
 if TYPE_CHECKING:
     from testbed.space.schedule import SpaceModel
@@ -483,18 +483,19 @@ class LocalBackend:
         now = time.monotonic()
         out: dict[str, NodeResources] = {}
         beside = {k for keys in self._beside.values() for k in keys}
+        kids = children_map()
         for name in list(self.procs.procs):
             if name == "flwr-run" or name in beside:
                 continue
             keys = [k for k in self.processes_of(name) if k in self.procs.procs] or [name]
-            secs = cpu_seconds([p for k in keys for p in self.procs.tree(k)])
+            secs = cpu_seconds([p for k in keys for p in self.procs.tree(k, kids)])
             prev = self._cpu.get(name)
             pct = None
             if prev is not None and now > prev[0]:
                 used = sum(t - prev[1].get(pid, 0.0) for pid, t in secs.items())
                 pct = max(0.0, 100.0 * used / (now - prev[0]))
             self._cpu[name] = (now, secs)
-            rss = sum(self.procs.rss_mb(k) for k in keys)
+            rss = sum(self.procs.rss_mb(k, kids) for k in keys)
             out[name] = NodeResources(rss_mb=rss, cpu_pct=pct)
         return out
 
@@ -587,9 +588,12 @@ class LocalBackend:
 
     def rss_mb(self) -> dict[str, float]:
         """Resident memory per node (whole process tree), MB."""
+        kids = children_map()  # one look at the process table for every node's tree
         return {
             n.name: sum(
-                self.procs.rss_mb(k) for k in self.processes_of(n.name) if k in self.procs.procs
+                self.procs.rss_mb(k, kids)
+                for k in self.processes_of(n.name)
+                if k in self.procs.procs
             )
             for n in self.plan.nodes
             if n.name in self.procs.procs

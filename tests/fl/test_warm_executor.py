@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from nodes.fl.warm_executor import WarmExecutor
 
 APP = Path(__file__).resolve().parents[2] / "nodes" / "fl" / "app"
 STOP_WITHIN_S = 2.0  # named tolerance: serve() notices stop() between polls (0.5 s back-off)
+SETTLE_S = 0.5  # named tolerance: long enough for an executor that polls again at once to do so
 
 
 def _free_port() -> int:
@@ -110,3 +112,77 @@ def test_a_wake_up_or_a_stop_ends_the_wait_between_polls() -> None:
     finally:
         os.close(r)
         os.close(w)
+
+
+def _until(cond: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    """Wait until ``cond()`` (a loaded machine starts threads slowly), at most ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+class _Runtime:
+    """The SuperNode's Runtime API as the executor sees it: ``AcquireTask`` hands out
+    one task per announced message, and records when it was asked."""
+
+    def __init__(self) -> None:
+        self.polls: list[float] = []
+        self.tasks = 1  # one task created before the executor starts serving
+
+    def AcquireTask(self, _req: object) -> object:  # noqa: N802 (Flower's method name)
+        from flwr.proto.runtime_pb2 import AcquireTaskResponse
+
+        self.polls.append(time.perf_counter())
+        res = AcquireTaskResponse()
+        if self.tasks:
+            self.tasks -= 1
+            res.token = "t"
+            res.task.task_id = len(self.polls)
+        return res
+
+    def close(self) -> None:
+        pass
+
+
+def test_with_a_wake_up_pipe_a_task_is_acquired_only_once_announced() -> None:
+    """fast mode: Flower creates a task before its SuperNode has pulled the message's
+    objects, so the executor polls only when the SuperNode says a task is ready (and
+    at start), never straight after a task (it would take the next one too early)."""
+    r, w = os.pipe()
+    runtime = _Runtime()
+    ran: list[int] = []
+    ex = WarmExecutor("127.0.0.1:1", poll_interval_s=30.0, wake_fd=r)
+    ex._client = lambda *_a, **_k: runtime  # type: ignore[method-assign,assignment,return-value]
+    ex.run_task = lambda _token: ran.append(1) or True  # type: ignore[method-assign,func-returns-value]
+    th = threading.Thread(target=ex.serve, daemon=True)
+    try:
+        th.start()
+        _until(lambda: len(ran) == 1)
+        time.sleep(SETTLE_S)
+        assert len(ran) == 1 and len(runtime.polls) == 1  # the task, then a wait
+        runtime.tasks = 1
+        t_wake = time.perf_counter()
+        os.write(w, b"!")  # the SuperNode stored the next message's objects
+        _until(lambda: len(ran) == 2)
+        time.sleep(SETTLE_S)
+        assert len(runtime.polls) == 2 and runtime.polls[1] >= t_wake
+    finally:
+        ex.stop()
+        th.join(STOP_WITHIN_S)
+        os.close(r)
+        os.close(w)
+    assert not th.is_alive()
+
+
+def test_without_a_pipe_the_executor_polls_again_after_a_task() -> None:
+    runtime = _Runtime()
+    ex = WarmExecutor("127.0.0.1:1", poll_interval_s=30.0)
+    ex._client = lambda *_a, **_k: runtime  # type: ignore[method-assign,assignment,return-value]
+    ex.run_task = lambda _token: True  # type: ignore[method-assign]
+    th = threading.Thread(target=ex.serve, daemon=True)
+    th.start()
+    _until(lambda: len(runtime.polls) == 2)
+    time.sleep(SETTLE_S)
+    ex.stop()
+    th.join(STOP_WITHIN_S)
+    assert len(runtime.polls) == 2 and ex.tasks_run == 1  # the task, an empty poll, a wait

@@ -128,13 +128,14 @@ def ms(vals: list[float], fmt: str = ".2f") -> str:
         return "not reached"
     if len(vals) == 1:
         return f"{vals[0]:{fmt}}"
-    return f"{statistics.mean(vals):{fmt}} +- {statistics.stdev(vals):{fmt}}"
+    return f"{statistics.mean(vals):{fmt}} +- {statistics.stdev(vals):{fmt.lstrip('+')}}"
 
 
 def groups(results: list[Result]) -> dict[str, list[Result]]:
-    """Results by configuration, in the order of first appearance."""
+    """Results by configuration: FedAvg first, then by local epochs and outer lr."""
     out: dict[str, list[Result]] = {}
-    for r in results:
+    for r in sorted(results, key=lambda r: (r["strategy"] != "fedavg", r["local_epochs"],
+                                            r.get("outer_lr") or 0.0, r["seed"])):  # fmt: skip
         out.setdefault(key_of(r), []).append(r)
     return out
 
@@ -176,19 +177,40 @@ def per_round(results: list[Result]) -> str:
 
 
 def misses(results: list[Result]) -> str:
-    """Every (config, seed, round, silo) that did not complete, with its reason."""
-    lines = ["| config | seed | round | silo | status | reason |", "|---|---|---|---|---|---|"]
+    """Every (round, silo, status, reason) that did not complete, with the runs it hit."""
+    hit: dict[tuple[int, str, str, str], list[str]] = {}
     for r in results:
         for rnd, node, status, reason in r.get("not_completed", []):
-            lines.append(f"| {key_of(r)} | {r['seed']} | {rnd} | {node} | {status} | {reason} |")
+            hit.setdefault((rnd, node, status, reason), []).append(f"{key_of(r)} s{r['seed']}")
+    lines = ["| round | silo | status | reason | runs (of all) |", "|---|---|---|---|---|"]
+    for (rnd, node, status, reason), runs in sorted(hit.items()):
+        lines.append(f"| {rnd} | {node} | {status} | {reason} | {len(runs)}/{len(results)}: "
+                     f"{', '.join(runs)} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def paired(results: list[Result], base: str = "fedavg:4") -> str:
+    """Per round, each configuration's accuracy minus ``base``'s on the same seed (mean
+    +- std over the seeds both have): the seed's data split and initial model cancel."""
+    gs = groups(results)
+    ref = {r["seed"]: r["global_acc"] for r in gs.get(base, [])}
+    others = [k for k in gs if k != base]
+    rounds = sorted({int(k) for g in ref.values() for k in g})
+    lines = ["| round | " + " | ".join(f"{k} - {base}" for k in others) + " |",
+             "|---|" + "---|" * len(others)]  # fmt: skip
+    for rnd in rounds:
+        cells = [ms([r["global_acc"][str(rnd)] - ref[r["seed"]][str(rnd)] for r in gs[k]
+                     if r["seed"] in ref and str(rnd) in r["global_acc"]], "+.3f")
+                 for k in others]  # fmt: skip
+        lines.append(f"| {rnd} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def report(results: list[Result], target: float) -> str:
     runs = ", ".join(f"{key_of(r)} s{r['seed']}: {r.get('wall_s', '?')} s, load "
                      f"{r['load_1min']}" for r in results)  # fmt: skip
-    return "\n\n".join([summary(results, target), per_round(results), misses(results),
-                        f"runs: {runs}"])  # fmt: skip
+    return "\n\n".join([summary(results, target), per_round(results), paired(results),
+                        misses(results), f"runs: {runs}"])  # fmt: skip
 
 
 def main() -> int:

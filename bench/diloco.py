@@ -55,14 +55,17 @@ def parse_config(cfg: str) -> tuple[str, int, float | None]:
         The string has not 2 or 3 fields, or the outer lr is given for FedAvg.
     """
     parts = cfg.split(":")
-    if len(parts) not in (2, 3):
+    if len(parts) not in (2, 3) or not parts[1].isdigit():
         raise ValueError(f"--configs: {cfg!r} is not strategy:local_epochs[:outer_lr]")
     strat, epochs = parts[0], int(parts[1])
     if len(parts) == 2:
         return strat, epochs, (DEFAULT_OUTER_LR if strat == "diloco" else None)
     if strat != "diloco":
         raise ValueError(f"--configs: {cfg!r}: an outer lr is only for diloco")
-    return strat, epochs, float(parts[2])
+    try:
+        return strat, epochs, float(parts[2])
+    except ValueError:
+        raise ValueError(f"--configs: {cfg!r}: outer_lr must be a number") from None
 
 
 def key_of(r: Result) -> str:

@@ -1,14 +1,23 @@
 """DiLoCo vs FedAvg: communication per unit of accuracy under the testbed's links.
 
 Runs experiments/diloco.yaml (4 non-IID silos behind 20-100 Mbit/s links, an outage of
-one silo mid-training) for each (strategy, local_epochs, seed) through the runner, and
-prints per run: global accuracy per round (measured on the server's test set), the
-bytes that crossed the silos' links up (measured by the shaping proxies), the round and
-the uplink MB at which the global accuracy first reaches ``--target`` (an ESTIMATE: the
-run's measured uplink bytes x round / rounds; the link counters are read once at the
-end, and a round without the silo that was down sent less).
+one silo mid-training) for each configuration ``strategy:local_epochs[:outer_lr]`` and
+seed through the runner, and records per run:
 
-    python bench/diloco.py --seeds 1 2 --json runs/diloco.json
+- global accuracy per round (measured on the server's test set);
+- uplink payload bytes per round (measured: the sizes of the model updates the server
+  received, ``bytes_received``, summed over the silos of each round);
+- uplink wire bytes of the whole run (measured by the silos' shaping proxies: updates,
+  Flower framing, polling, the final evaluation), read once at the end;
+- every silo that did not complete a round (the outage, or a healthy silo that missed
+  the round's deadline under load).
+
+The report gives mean +- sample std over seeds: per round, and for the round and the
+uplink MB at which the global accuracy first reaches ``--target``: payload MB measured
+per round, wire MB an ESTIMATE (the run's wire total x round / rounds).
+
+    python bench/diloco.py --seeds 1 2 3 --json runs/diloco.json
+    python bench/diloco.py --configs diloco:4:0.3 diloco:4:1.0 --seeds 1 2 3
     python bench/diloco.py --report --json runs/diloco.json
 """
 
@@ -20,6 +29,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,85 +40,206 @@ from testbed.runner import run_experiment  # noqa: E402
 from testbed.spec.loader import load_spec  # noqa: E402
 from testbed.store import RunStore  # noqa: E402
 
-CONFIGS = [("fedavg", 1), ("fedavg", 4), ("diloco", 4)]
+CONFIGS = ["fedavg:1", "fedavg:4", "diloco:4"]
+DEFAULT_OUTER_LR = 0.7  # DiLoCo's server_learning_rate default (nodes/fl/paper_strategies.py)
+
+Result = dict[str, Any]
 
 
-def one(strategy: str, epochs: int, seed: int) -> dict[str, Any]:
-    sets = [("workload.fl.strategy.name", strategy), ("workload.fl.local_epochs", epochs),
-            ("seed", seed)]  # fmt: skip
+def parse_config(cfg: str) -> tuple[str, int, float | None]:
+    """``strategy:local_epochs[:outer_lr]`` -> (strategy, epochs, outer lr or None).
+
+    Raises
+    ------
+    ValueError
+        The string has not 2 or 3 fields, or the outer lr is given for FedAvg.
+    """
+    parts = cfg.split(":")
+    if len(parts) not in (2, 3) or not parts[1].isdigit():
+        raise ValueError(f"--configs: {cfg!r} is not strategy:local_epochs[:outer_lr]")
+    strat, epochs = parts[0], int(parts[1])
+    if len(parts) == 2:
+        return strat, epochs, (DEFAULT_OUTER_LR if strat == "diloco" else None)
+    if strat != "diloco":
+        raise ValueError(f"--configs: {cfg!r}: an outer lr is only for diloco")
+    try:
+        return strat, epochs, float(parts[2])
+    except ValueError:
+        raise ValueError(f"--configs: {cfg!r}: outer_lr must be a number") from None
+
+
+def key_of(r: Result) -> str:
+    """The configuration a result belongs to, as ``--configs`` spells it."""
+    lr = r.get("outer_lr")
+    base = f"{r['strategy']}:{r['local_epochs']}"
+    return base if lr is None or lr == DEFAULT_OUTER_LR else f"{base}:{lr:g}"
+
+
+def _collect(store: RunStore, run_id: str) -> Result:
+    """Accuracy and payload per round, wire total, and the silos that missed a round."""
+    rows = store.metrics(run_id)
+    acc = {m.round: m.value for m in rows if m.name == "global_acc" and m.round is not None}
+    payload: dict[int, float] = {}
+    for m in rows:
+        if m.name == "bytes_received" and m.round is not None:
+            payload[m.round] = payload.get(m.round, 0.0) + (m.value or 0.0)
+    missed = [[s.round, s.node, s.status, s.reason or ""]
+              for s in store.round_status(run_id) if s.status != "completed"]  # fmt: skip
+    return {"global_acc": {str(r): v for r, v in sorted(acc.items())},
+            "payload_up_by_round": {str(r): v for r, v in sorted(payload.items())},
+            "bytes_up": sum(m.value or 0.0 for m in rows if m.name == "link_bytes_up"),
+            "not_completed": sorted(missed)}  # fmt: skip
+
+
+def one(strategy: str, epochs: int, seed: int, outer_lr: float | None) -> Result:
+    """Run one configuration with one seed; the store lives in a temporary folder."""
+    sets: list[tuple[str, Any]] = [
+        ("workload.fl.strategy.name", strategy), ("workload.fl.local_epochs", epochs),
+        ("seed", seed)]  # fmt: skip
+    if strategy == "diloco" and outer_lr is not None:
+        sets.append(("workload.fl.strategy.params.server_learning_rate", outer_lr))
     exp = load_spec(ROOT / "experiments" / "diloco.yaml", sets)
     exp = exp.model_copy(update={"sweep": exp.sweep.model_copy(update={"grid": {}})})
+    load0, t0 = os.getloadavg()[0], time.time()
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore(Path(tmp) / "runs")
         res = run_experiment(exp, store)
-        rows = store.metrics(res.run_id)
-    acc = {m.round: m.value for m in rows if m.name == "global_acc" and m.round is not None}
-    up = sum(m.value or 0.0 for m in rows if m.name == "link_bytes_up")
-    return {"strategy": strategy, "local_epochs": epochs, "seed": seed, "status": res.status,
-            "global_acc": {str(r): v for r, v in sorted(acc.items())},
-            "bytes_up": up, "rounds": exp.workload.fl.rounds if exp.workload.fl else 0,
-            "load_1min": os.getloadavg()[0]}  # fmt: skip
+        got = _collect(store, res.run_id)
+        store.close()
+    return {"strategy": strategy, "local_epochs": epochs, "outer_lr": outer_lr, "seed": seed,
+            "status": res.status, **got, "rounds": exp.workload.fl.rounds if exp.workload.fl else 0,
+            "wall_s": round(time.time() - t0, 1),
+            "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime(t0)),
+            "load_1min": [round(load0, 2), round(os.getloadavg()[0], 2)]}  # fmt: skip
 
 
-def reach(r: dict[str, Any], target: float) -> tuple[int | None, float | None]:
-    """First round whose global accuracy >= target, and the uplink MB by then (bytes
-    spread evenly over the rounds: every round sends the same model)."""
+def reach(r: Result, target: float) -> tuple[int | None, float | None, float | None]:
+    """First round whose global accuracy >= target, the uplink payload MB up to and
+    including it (measured per round), and the wire MB by then (estimate: the wire total
+    spread evenly over the rounds)."""
     for rnd, acc in sorted((int(k), v) for k, v in r["global_acc"].items()):
         if acc is not None and acc >= target:
-            return rnd, r["bytes_up"] * rnd / r["rounds"] / 1e6
-    return None, None
+            pay = r.get("payload_up_by_round", {})
+            sent = sum(v for k, v in pay.items() if int(k) <= rnd) / 1e6 if pay else None
+            return rnd, sent, r["bytes_up"] * rnd / r["rounds"] / 1e6
+    return None, None, None
 
 
-def ms(vals: list[float]) -> str:
+def ms(vals: list[float], fmt: str = ".2f") -> str:
+    """Mean +- sample standard deviation (one value: the value alone)."""
     if not vals:
         return "not reached"
     if len(vals) == 1:
-        return f"{vals[0]:.2f}"
-    return f"{statistics.mean(vals):.2f} +- {statistics.stdev(vals):.2f}"
+        return f"{vals[0]:{fmt}}"
+    return f"{statistics.mean(vals):{fmt}} +- {statistics.stdev(vals):{fmt.lstrip('+')}}"
 
 
-def report(results: list[dict[str, Any]], target: float) -> str:
-    lines = [f"| strategy | local epochs | seeds | final global acc | rounds to {target} | "
-             f"uplink MB to {target} (estimate) | uplink MB total (measured) | "
-             "acc per round (first seed) |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for strat, ep in CONFIGS:
-        rs = [r for r in results if (r["strategy"], r["local_epochs"]) == (strat, ep)]
-        if not rs:
-            continue
-        finals = [r["global_acc"].get(str(r["rounds"])) for r in rs]
-        hits = [reach(r, target) for r in rs]
-        rounds = [float(h[0]) for h in hits if h[0] is not None]
-        mb = [h[1] for h in hits if h[1] is not None]
-        curve = ", ".join(f"{v:.2f}" for _k, v in sorted(
-            ((int(k), v) for k, v in rs[0]["global_acc"].items())))  # fmt: skip
-        lines.append(
-            f"| {strat} | {ep} | {sorted(r['seed'] for r in rs)} | "
-            f"{ms([f for f in finals if f is not None])} | {ms(rounds)} "
-            f"({len(rounds)}/{len(rs)} reached) | {ms(mb)} | "
-            f"{ms([r['bytes_up'] / 1e6 for r in rs])} | {curve} |"
-        )
+def groups(results: list[Result]) -> dict[str, list[Result]]:
+    """Results by configuration: FedAvg first, then by local epochs and outer lr."""
+    out: dict[str, list[Result]] = {}
+    for r in sorted(results, key=lambda r: (r["strategy"] != "fedavg", r["local_epochs"],
+                                            r.get("outer_lr") or 0.0, r["seed"])):  # fmt: skip
+        out.setdefault(key_of(r), []).append(r)
+    return out
+
+
+def _summary_row(key: str, rs: list[Result], target: float) -> str:
+    finals = [r["global_acc"].get(str(r["rounds"])) for r in rs]
+    hits = [reach(r, target) for r in rs]
+    rounds = [float(h[0]) for h in hits if h[0] is not None]
+    pay = [h[1] for h in hits if h[1] is not None]
+    wire = [h[2] for h in hits if h[2] is not None]
+    lr = rs[0].get("outer_lr")
+    pay_s = ms(pay) if pay or not rounds else "n/a"  # n/a: a run without per-round payload
+    return (f"| {rs[0]['strategy']} | {rs[0]['local_epochs']} | {'-' if lr is None else lr} | "
+            f"{sorted(r['seed'] for r in rs)} | {ms([f for f in finals if f is not None])} | "
+            f"{ms(rounds, '.1f')} ({len(rounds)}/{len(rs)}) | {pay_s} | {ms(wire)} | "
+            f"{ms([r['bytes_up'] / 1e6 for r in rs])} |")  # fmt: skip
+
+
+def summary(results: list[Result], target: float) -> str:
+    """One row per configuration: final accuracy, rounds and MB to ``target``."""
+    lines = ["| strategy | local epochs | outer lr | seeds | final global acc | "
+             f"rounds to {target} (seeds reaching) | uplink payload MB to {target} (measured) | "
+             f"uplink wire MB to {target} (estimate) | uplink wire MB total (measured) |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [_summary_row(k, rs, target) for k, rs in groups(results).items()]
     return "\n".join(lines)
 
 
+def per_round(results: list[Result]) -> str:
+    """Global accuracy per round (round 0 = initial model), mean +- std over seeds."""
+    gs = groups(results)
+    rounds = sorted({int(k) for rs in gs.values() for r in rs for k in r["global_acc"]})
+    lines = ["| round | " + " | ".join(gs) + " |", "|---|" + "---|" * len(gs)]
+    for rnd in rounds:
+        cells = [ms([v for r in rs if (v := r["global_acc"].get(str(rnd))) is not None])
+                 for rs in gs.values()]  # fmt: skip
+        lines.append(f"| {rnd} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def misses(results: list[Result]) -> str:
+    """Every (round, silo, status, reason) that did not complete, with the runs it hit."""
+    hit: dict[tuple[int, str, str, str], list[str]] = {}
+    for r in results:
+        for rnd, node, status, reason in r.get("not_completed", []):
+            hit.setdefault((rnd, node, status, reason), []).append(f"{key_of(r)} s{r['seed']}")
+    lines = ["| round | silo | status | reason | runs (of all) |", "|---|---|---|---|---|"]
+    for (rnd, node, status, reason), runs in sorted(hit.items()):
+        lines.append(f"| {rnd} | {node} | {status} | {reason} | {len(runs)}/{len(results)}: "
+                     f"{', '.join(runs)} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def paired(results: list[Result], base: str = "fedavg:4") -> str:
+    """Per round, each configuration's accuracy minus ``base``'s on the same seed (mean
+    +- std over the seeds both have): the seed's data split and initial model cancel."""
+    gs = groups(results)
+    ref = {r["seed"]: r["global_acc"] for r in gs.get(base, [])}
+    others = [k for k in gs if k != base]
+    rounds = sorted({int(k) for g in ref.values() for k in g})
+    lines = ["| round | " + " | ".join(f"{k} - {base}" for k in others) + " |",
+             "|---|" + "---|" * len(others)]  # fmt: skip
+    for rnd in rounds:
+        cells = [ms([r["global_acc"][str(rnd)] - ref[r["seed"]][str(rnd)] for r in gs[k]
+                     if r["seed"] in ref and str(rnd) in r["global_acc"]], "+.3f")
+                 for k in others]  # fmt: skip
+        lines.append(f"| {rnd} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def report(results: list[Result], target: float) -> str:
+    runs = ", ".join(f"{key_of(r)} s{r['seed']}: {r.get('wall_s', '?')} s, load "
+                     f"{r['load_1min']}" for r in results)  # fmt: skip
+    return "\n\n".join([summary(results, target), per_round(results), paired(results),
+                        misses(results), f"runs: {runs}"])  # fmt: skip
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1])
-    ap.add_argument("--configs", nargs="+", default=[f"{s}:{e}" for s, e in CONFIGS])
+    ap.add_argument("--configs", nargs="+", default=CONFIGS,
+                    help="strategy:local_epochs[:outer_lr] (outer lr: diloco only)")  # fmt: skip
     ap.add_argument("--target", type=float, default=0.85)
     ap.add_argument("--json", type=Path, default=Path("runs/diloco.json"))
     ap.add_argument("--report", action="store_true")
     args = ap.parse_args()
+    try:
+        configs = [parse_config(c) for c in args.configs]
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
     results = json.loads(args.json.read_text()) if args.json.exists() else []
     if args.report:
         print(report(results, args.target))
         return 0
     for seed in args.seeds:
-        for cfg in args.configs:
-            strat, ep = cfg.split(":")
-            r = one(strat, int(ep), seed)
-            print(json.dumps({k: r[k] for k in ("strategy", "local_epochs", "seed", "status",
-                  "bytes_up", "load_1min")}), flush=True)  # fmt: skip
+        for strat, ep, lr in configs:
+            r = one(strat, ep, seed, lr)
+            shown = ("strategy", "local_epochs", "outer_lr", "seed", "status", "bytes_up",
+                     "wall_s", "load_1min", "not_completed")  # fmt: skip
+            print(json.dumps({k: r[k] for k in shown}), flush=True)
             results.append(r)
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(results, indent=1))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.report_pages import write_pages
+from testbed.report_pages import Section, write_pages
 from testbed.rows import RunRow
 from testbed.store import RunStore
 
@@ -41,6 +41,8 @@ class RunFigures:
     contribution: dict[str, dict[int, float]]
     silo_classes: dict[str, list[int]] = field(default_factory=dict)
     shapley: dict[str, dict[int, float]] = field(default_factory=lambda: defaultdict(dict))
+    #: (round, node) of every reply the run did not aggregate (status other than completed)
+    missed: frozenset[tuple[int, str]] = frozenset()
 
     @property
     def rounds(self) -> int:
@@ -112,6 +114,9 @@ def run_figures(store: RunStore, r: RunRow) -> RunFigures:
     for e in store.events(r.run_id):
         if e.kind == "silo_classes" and e.data:
             fig.silo_classes[str(e.node)] = json.loads(e.data)["counts"]
+    fig.missed = frozenset(
+        (st.round, st.node) for st in store.round_status(r.run_id) if st.status != "completed"
+    )
     return fig
 
 
@@ -142,6 +147,11 @@ def _ms(values: Sequence[float | None]) -> str:
     return f"{statistics.mean(vals):.3f} ± {sd:.3f}"
 
 
+def _ms_seeds(values: Sequence[float]) -> str:
+    """``mean ± std (v1, v2, ...)``: the paired values in seed order after their summary."""
+    return f"{_ms(values)} ({', '.join(f'{v:+.3f}' for v in values)})"
+
+
 def _timing(fig: RunFigures, fail_rounds: list[int]) -> str:
     if fig.fail_round is None:
         return "baseline"
@@ -170,11 +180,11 @@ def summarize(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
         "condition",
         "seeds",
         "final global acc",
-        "Δ vs baseline (paired by seed)",
+        "Δ vs baseline, paired by seed (per seed)",
         "final federated acc",
         "optimism (final)",
         "failed silo acc (final)",
-        "its Δ vs baseline (paired)",
+        "its Δ vs baseline, paired (per seed)",
         "its classes: before → final",
         "its LOO contribution",
         "its Shapley value",
@@ -189,6 +199,7 @@ def summarize(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
         opt = [f.optimism().get(r) for f, r in zip(fs, R, strict=True)]
         node = next((f.failed_node for f in fs if f.failed_node), None) or "silo-2"
         silo = [_final_silo(f, node) for f in fs]
+        fs = sorted(fs, key=lambda f: f.seed)
         paired = [(f, base[(skew, f.seed)]) for f in fs if (skew, f.seed) in base]
         delta = [f.global_acc[f.rounds] - b.global_acc[b.rounds] for f, b in paired]
         own = [_final_silo(f, node) for f, _ in paired]
@@ -206,16 +217,42 @@ def summarize(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
                 timing,
                 str(len(fs)),
                 _ms(final),
-                _ms(delta) if delta else "-",
+                _ms_seeds(delta) if delta else "-",
                 _ms(fed),
                 _ms(opt),
                 _ms(silo),
-                _ms(silo_delta) if silo_delta else "-",
+                _ms_seeds(silo_delta) if silo_delta else "-",
                 f"{_ms(before)} → {_ms(after)}",
                 _ms(contrib),
                 _ms(shap),
             ]
         )
+    return head, rows
+
+
+def determinism(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
+    """Runs of one skew and seed that left out exactly the same replies must end with the
+    same model (e.g. a permanent and a transient failure that both miss only the last
+    round): one row per such group, with the largest gap of global accuracy over rounds."""
+    fail_rounds = sorted({f.fail_round for f in figs if f.fail_round is not None})
+    groups: dict[tuple[str, int, frozenset[tuple[int, str]]], list[RunFigures]] = defaultdict(list)
+    for f in figs:
+        groups[(f.skew, f.seed, f.missed)].append(f)
+    head = ["skew", "seed", "conditions", "replies left out", "final global acc", "max |gap|"]
+    rows = []
+    for (skew, seed, missed), fs in sorted(
+        groups.items(), key=lambda kv: (_skew_key(kv[0][0]), kv[0][1], sorted(kv[0][2]))
+    ):
+        if len(fs) < 2:
+            continue
+        rounds = set.intersection(*(set(f.global_acc) for f in fs))
+        gap = max(
+            max(f.global_acc[r] for f in fs) - min(f.global_acc[r] for f in fs) for r in rounds
+        )
+        left = ", ".join(f"r{r} {n}" for r, n in sorted(missed)) or "none"
+        finals = " / ".join(f"{f.global_acc[f.rounds]:.4f}" for f in fs)
+        names = " / ".join(_timing(f, fail_rounds) for f in fs)
+        rows.append([skew, str(seed), names, left, finals, f"{gap:.2e}"])
     return head, rows
 
 
@@ -383,6 +420,9 @@ def write_failure_study(store: RunStore, sweep_id: str, out: Path) -> tuple[Path
     intro = (
         f"{len(figs)} completed runs; all figures measured on this testbed (mean ± std over seeds)."
     )
-    return write_pages(
-        out, f"Sweep report: {sweep_id}", intro, [(None, head, rows)], plots(figs, out)
-    )
+    d_head, d_rows = determinism(figs)
+    sections: list[Section] = [(None, head, rows)]
+    if d_rows:
+        title = "Determinism: runs that left out the same replies (same skew, same seed)"
+        sections.append((title, d_head, d_rows))
+    return write_pages(out, f"Sweep report: {sweep_id}", intro, sections, plots(figs, out))

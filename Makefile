@@ -21,7 +21,7 @@ run: setup  ## the quickstart experiment on the local backend
 	$(BIN)/testbed run experiments/quickstart.yaml
 
 test: setup  ## unit tests + one real Flower fleet end to end (a few minutes on 2 cores)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" --durations=15
 
 # runs of tests/test_orphans.py (issue 14 asks 50: ~14.5 min on 2 cores, measured; see docs/resume.md)
 ORPHAN_RUNS ?= 50

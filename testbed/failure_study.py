@@ -230,32 +230,6 @@ def summarize(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
-def determinism(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
-    """Runs of one skew and seed that left out exactly the same replies must end with the
-    same model (e.g. a permanent and a transient failure that both miss only the last
-    round): one row per such group, with the largest gap of global accuracy over rounds."""
-    fail_rounds = sorted({f.fail_round for f in figs if f.fail_round is not None})
-    groups: dict[tuple[str, int, frozenset[tuple[int, str]]], list[RunFigures]] = defaultdict(list)
-    for f in figs:
-        groups[(f.skew, f.seed, f.missed)].append(f)
-    head = ["skew", "seed", "conditions", "replies left out", "final global acc", "max |gap|"]
-    rows = []
-    for (skew, seed, missed), fs in sorted(
-        groups.items(), key=lambda kv: (_skew_key(kv[0][0]), kv[0][1], sorted(kv[0][2]))
-    ):
-        if len(fs) < 2:
-            continue
-        rounds = set.intersection(*(set(f.global_acc) for f in fs))
-        gap = max(
-            max(f.global_acc[r] for f in fs) - min(f.global_acc[r] for f in fs) for r in rounds
-        )
-        left = ", ".join(f"r{r} {n}" for r, n in sorted(missed)) or "none"
-        finals = " / ".join(f"{f.global_acc[f.rounds]:.4f}" for f in fs)
-        names = " / ".join(_timing(f, fail_rounds) for f in fs)
-        rows.append([skew, str(seed), names, left, finals, f"{gap:.2e}"])
-    return head, rows
-
-
 def _mean_per_run(fs: list[RunFigures], metric: str, node: str) -> list[float]:
     """Per run: the mean over rounds of ``node``'s per-round ``metric`` (contribution or
     shapley); runs without it are left out."""
@@ -420,9 +394,15 @@ def write_failure_study(store: RunStore, sweep_id: str, out: Path) -> tuple[Path
     intro = (
         f"{len(figs)} completed runs; all figures measured on this testbed (mean ± std over seeds)."
     )
+    from testbed.failure_study_checks import determinism, other_misses
+
     d_head, d_rows = determinism(figs)
     sections: list[Section] = [(None, head, rows)]
     if d_rows:
         title = "Determinism: runs that left out the same replies (same skew, same seed)"
         sections.append((title, d_head, d_rows))
+    o_head, o_rows = other_misses(figs)
+    if o_rows:
+        title = "Runs in which a silo other than the failed one left replies out"
+        sections.append((title, o_head, o_rows))
     return write_pages(out, f"Sweep report: {sweep_id}", intro, sections, plots(figs, out))

@@ -50,7 +50,7 @@ def _fig(seed: int, cond: str, fail: int | None, missed: set, final: float):  # 
 
 
 def test_determinism_pairs_only_runs_that_left_out_the_same_replies() -> None:
-    from testbed.failure_study import determinism
+    from testbed.failure_study_checks import determinism
 
     figs = [
         _fig(1, "none", None, set(), 0.9),
@@ -66,3 +66,15 @@ def test_determinism_pairs_only_runs_that_left_out_the_same_replies() -> None:
         ("1", "r2 silo-2", "0.00e+00"),
         ("2", "r2 silo-2", "5.00e-02"),
     ]
+
+
+def test_other_misses_lists_silos_that_are_not_the_failed_one() -> None:
+    from testbed.failure_study_checks import other_misses
+
+    figs = [
+        _fig(1, "permanent", 2, {(2, "silo-2"), (1, "silo-3"), (2, "silo-3")}, 0.8),
+        _fig(2, "permanent", 2, {(2, "silo-2")}, 0.8),
+        _fig(3, "none", None, {(2, "silo-4")}, 0.8),
+    ]
+    _head, rows = other_misses(figs)
+    assert [(r[2], r[4], r[5]) for r in rows] == [("1", "silo-3", "1, 2"), ("3", "silo-4", "2")]

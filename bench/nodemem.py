@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 
-from testbed.procs import children_map
+from testbed.procs import children_map, descendant_pids
 
 READY = re.compile(r"/nodes/([^/]+)/ready$")
 
@@ -46,11 +46,7 @@ def tree_mb(root: int, kids: dict[int, list[int]] | None = None) -> tuple[float,
         kids = children_map()
     if not psutil.pid_exists(root):
         return 0.0, 0.0
-    pids, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        pids.append(pid)
-        todo.extend(kids.get(pid, ()))
+    pids = [root, *descendant_pids(root, kids)]
     rss = pss = 0.0
     for pid in pids:
         r, p = rollup_mb(pid)

@@ -152,6 +152,11 @@ def _ms_seeds(values: Sequence[float]) -> str:
     return f"{_ms(values)} ({', '.join(f'{v:+.3f}' for v in values)})"
 
 
+def fail_rounds_of(figs: list[RunFigures]) -> list[int]:
+    """The rounds a sweep's failures happen before, sorted (they name the conditions)."""
+    return sorted({f.fail_round for f in figs if f.fail_round is not None})
+
+
 def _timing(fig: RunFigures, fail_rounds: list[int]) -> str:
     if fig.fail_round is None:
         return "baseline"
@@ -169,9 +174,9 @@ def _timing_key(label: str) -> tuple[int, str, int]:
 
 def summarize(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
     """One table row per (skew, condition): mean ± std over seeds."""
-    fail_rounds = sorted({f.fail_round for f in figs if f.fail_round is not None})
+    fail_rounds = fail_rounds_of(figs)
     groups: dict[tuple[str, str], list[RunFigures]] = defaultdict(list)
-    for f in figs:
+    for f in sorted(figs, key=lambda f: f.seed):  # seed order: the per-seed values
         groups[(f.skew, _timing(f, fail_rounds))].append(f)
     # the same seed's baseline (same partition and initial model): deltas are paired
     base = {(f.skew, f.seed): f for f in figs if f.fail_round is None}
@@ -199,7 +204,6 @@ def summarize(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
         opt = [f.optimism().get(r) for f, r in zip(fs, R, strict=True)]
         node = next((f.failed_node for f in fs if f.failed_node), None) or "silo-2"
         silo = [_final_silo(f, node) for f in fs]
-        fs = sorted(fs, key=lambda f: f.seed)
         paired = [(f, base[(skew, f.seed)]) for f in fs if (skew, f.seed) in base]
         delta = [f.global_acc[f.rounds] - b.global_acc[b.rounds] for f, b in paired]
         own = [_final_silo(f, node) for f, _ in paired]
@@ -278,7 +282,7 @@ def plot_accuracy(figs: list[RunFigures], out: Path) -> str:
     import matplotlib.pyplot as plt
 
     skews = sorted({f.skew for f in figs}, key=_skew_key)
-    fail_rounds = sorted({f.fail_round for f in figs if f.fail_round is not None})
+    fail_rounds = fail_rounds_of(figs)
     fig, axes = plt.subplots(
         1, len(skews), figsize=(4 * len(skews), 3.4), sharey=True, squeeze=False
     )
@@ -333,7 +337,7 @@ def plot_bars(
     import matplotlib.pyplot as plt
 
     skews = sorted({f.skew for f in figs}, key=_skew_key)
-    fail_rounds = sorted({f.fail_round for f in figs if f.fail_round is not None})
+    fail_rounds = fail_rounds_of(figs)
     fig, ax = plt.subplots(figsize=(6, 3.4))
     labels = sorted({_timing(f, fail_rounds) for f in figs}, key=_timing_key)
     width = 0.8 / max(len(skews), 1)

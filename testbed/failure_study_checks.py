@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from testbed.failure_study import RunFigures, _skew_key, _timing
+from testbed.failure_study import RunFigures, _skew_key, _timing, fail_rounds_of
 
 
 def determinism(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
     """Runs of one skew and seed that left out exactly the same replies must end with the
     same model (e.g. a permanent and a transient failure that both miss only the last
     round): one row per such group, with the largest gap of global accuracy over rounds."""
-    fail_rounds = sorted({f.fail_round for f in figs if f.fail_round is not None})
+    fail_rounds = fail_rounds_of(figs)
     groups: dict[tuple[str, int, frozenset[tuple[int, str]]], list[RunFigures]] = defaultdict(list)
     for f in figs:
         groups[(f.skew, f.seed, f.missed)].append(f)
@@ -42,7 +42,7 @@ def determinism(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
 def other_misses(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
     """Runs in which a silo other than the failed one left replies out: their rows in the
     main table mix the condition with that silo's absence (one row per run and silo)."""
-    fail_rounds = sorted({f.fail_round for f in figs if f.fail_round is not None})
+    fail_rounds = fail_rounds_of(figs)
     head = ["run", "skew", "seed", "condition", "silo", "rounds left out"]
     rows = []
     for f in sorted(figs, key=lambda f: (_skew_key(f.skew), f.seed, f.run_id)):
@@ -50,7 +50,7 @@ def other_misses(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:
         for r, n in sorted(f.missed):
             if n != f.failed_node:
                 by_node[n].append(r)
+        cond = _timing(f, fail_rounds)
         for n, rs in sorted(by_node.items()):
-            cond = _timing(f, fail_rounds)
             rows.append([f.run_id, f.skew, str(f.seed), cond, n, ", ".join(map(str, rs))])
     return head, rows

@@ -85,13 +85,21 @@ def children_map() -> dict[int, list[int]]:
     return kids
 
 
-def _descendants(pid: int, kids: dict[int, list[int]]) -> list[psutil.Process]:
-    """The live descendants of ``pid`` in a :func:`children_map`."""
-    out: list[psutil.Process] = []
+def descendant_pids(pid: int, kids: dict[int, list[int]]) -> list[int]:
+    """The pids below ``pid`` in a :func:`children_map` (children, grandchildren, ...)."""
+    out: list[int] = []
     todo = list(kids.get(pid, ()))
     while todo:
         child = todo.pop()
+        out.append(child)
         todo.extend(kids.get(child, ()))
+    return out
+
+
+def _descendants(pid: int, kids: dict[int, list[int]]) -> list[psutil.Process]:
+    """The live descendants of ``pid`` in a :func:`children_map`."""
+    out: list[psutil.Process] = []
+    for child in descendant_pids(pid, kids):
         try:
             out.append(psutil.Process(child))
         except psutil.NoSuchProcess:
@@ -132,14 +140,11 @@ class ProcGroup:
         """The live process tree of ``name`` (remembered, so orphans are found too);
         ``kids``: a :func:`children_map` to walk instead of reading the process table."""
         p = self.procs[name]
-        out: list[psutil.Process] = []
         try:
             root = psutil.Process(p.pid)
-            out = [root, *(root.children(recursive=True) if kids is None else [])]
         except psutil.NoSuchProcess:
-            pass
-        if kids is not None and out:
-            out += _descendants(p.pid, kids)
+            return []
+        out = [root, *_descendants(p.pid, children_map() if kids is None else kids)]
         self._known[name] |= {q.pid for q in out}
         return out
 

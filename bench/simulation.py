@@ -14,7 +14,8 @@
     python bench/simulation.py [--rounds 3] [--same-clients 100] [--scale 1000,10000]
     python bench/simulation.py --clients 10000 --sample 100 [--rounds 4]   # one case
     python bench/simulation.py --calibration [--timing flower|fast]
-        [--variants local,simulation,grid] [--keep DIR]   # docs/results/calibration.md
+        [--variants local,simulation,grid] [--keep DIR] [--spec protocol|links]
+                                                       # docs/results/calibration.md
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 from testbed.backends.simulation import SimulationBackend  # noqa: E402
 from testbed.planner import make_plan  # noqa: E402
 from testbed.runner import run_experiment  # noqa: E402
+from testbed.simulation.calibration import replayed_rounds  # noqa: E402
 from testbed.simulation.clock import protocol_delay_s, startup_s  # noqa: E402
 from testbed.spec.loader import parse_spec  # noqa: E402
 from testbed.store import RunStore  # noqa: E402
@@ -206,6 +208,65 @@ faults:
 """
 
 
+#: A second calibration spec in which the clock's own model (device + link) is most of
+#: the round, not Flower's protocol waits: slow edge links (the model's 154 kB each way
+#: is 0.6-1.2 s), ten local epochs (~0.2 s of host CPU, 0.4 s on an rpi5) and a straggler
+#: (pi-2, factor 6, rounds 2-3) whose stretched compute (~2.4 s) sets those rounds.
+CALIBRATION_LINKS = """\
+name: calibration-links
+seed: 11
+fleet:
+  nodes:
+    - {id: cloud, tier: cloud}
+    - {id: pi, tier: edge, profile: rpi5, count: 3}
+    - {id: jet, tier: edge, profile: jetson-orin-nano, count: 2}
+links:
+  defaults:
+    edge-cloud: {bandwidth_mbps: 2, latency_ms: 40}
+  nodes:
+    jet-2: {bandwidth_mbps: 1, latency_ms: 80}
+workload:
+  fl:
+    rounds: 5
+    local_epochs: 10
+    round_timeout_s: 90
+    protocol_timing: {timing}
+faults:
+  - {kind: straggler, node: pi-2, at_round: 2, factor: 6, rounds: 2}
+"""
+
+#: A third, held out from the runs the clock's defaults were read off: long links, one
+#: of them fast and long (window-bound: 50 Mbit/s, 180 ms), the others 10 Mbit/s, 100 ms.
+CALIBRATION_LATENCY = """\
+name: calibration-latency
+seed: 11
+fleet:
+  nodes:
+    - {id: cloud, tier: cloud}
+    - {id: pi, tier: edge, profile: rpi5, count: 3}
+    - {id: jet, tier: edge, profile: jetson-orin-nano, count: 2}
+links:
+  defaults:
+    edge-cloud: {bandwidth_mbps: 10, latency_ms: 100}
+  nodes:
+    jet-2: {bandwidth_mbps: 50, latency_ms: 180}
+workload:
+  fl:
+    rounds: 5
+    local_epochs: 3
+    round_timeout_s: 90
+    protocol_timing: {timing}
+faults:
+  - {kind: straggler, node: pi-2, at_round: 2, factor: 6, rounds: 2}
+"""
+
+#: The calibration specs by name (``--spec``).
+CALIBRATION_SPECS = {
+    "protocol": CALIBRATION,
+    "links": CALIBRATION_LINKS,
+    "latency": CALIBRATION_LATENCY,
+}
+
 #: Calibration variants: the local fleet, and the simulation with the poll waits as
 #: their expected value (the default) or played on Flower's poll grids.
 VARIANTS = {"local": "", "simulation": "", "grid": "simulation: {poll_grid: true}\n"}
@@ -217,45 +278,56 @@ def _per_round(store: RunStore, run_id: str, metric: str) -> dict[int, float]:
 
 
 def calibration(
-    work: Path, timing: str, variants: tuple[str, ...] = ("local", "simulation")
+    work: Path,
+    timing: str,
+    variants: tuple[str, ...] = ("local", "simulation"),
+    spec: str = "protocol",
 ) -> str:
     """The same spec on local and simulation, same seed: a markdown table per round.
 
-    Device + link = the default simulation's virtual round less the protocol terms the
-    clock added (the delay, and the start-up term in round 1, when every client starts).
+    Beside the virtual rounds, the clock replayed on the local run's own measurements
+    (:func:`testbed.simulation.calibration.replayed_rounds`): device + link only, and
+    with the protocol-on-the-link terms but without the constant ones; the measured
+    round less the latter is what ``protocol_delay_s`` (``+ startup_s`` in round 1)
+    stand for.
     """
     store = RunStore(work / "runs")
     res = {}
+    text = CALIBRATION_SPECS[spec].replace("{timing}", timing)
     for variant in variants:
         backend = "local" if variant == "local" else "simulation"
-        text = CALIBRATION.replace("{timing}", timing) + VARIANTS[variant]
         t0 = time.strftime("%H:%M:%S", time.gmtime())
-        r = run_experiment(parse_spec(text), store, spec_path="cal", backend=backend)
+        r = run_experiment(
+            parse_spec(text + VARIANTS[variant]), store, spec_path="cal", backend=backend
+        )
         print(f"# {variant}: {t0}-{time.strftime('%H:%M:%S', time.gmtime())} UTC", flush=True)
         assert r.status == "completed", r.summary
         res[variant] = r
-    if "local" not in res or len(res) < 2:
+    if "local" not in res:
         return f"runs kept in {work}"
     sims = [v for v in variants if v != "local"]
-    measured = _per_round(store, res["local"].run_id, "round_duration_s")
+    local = res["local"].run_id
+    measured = _per_round(store, local, "round_duration_s")
+    link_only = replayed_rounds(store, local, parse_spec(text), protocol=False)
+    replay = replayed_rounds(store, local, parse_spec(text))
     virtual = {v: _per_round(store, res[v].run_id, "virtual_round_s") for v in sims}
-    delay, start = protocol_delay_s(timing), startup_s(timing)
     rows = [
-        f"protocol_timing {timing}: protocol_delay_s {delay:.2f}, startup_s {start:.2f}",
+        f"spec {spec}, protocol_timing {timing}: protocol_delay_s "
+        f"{protocol_delay_s(timing):.2f}, startup_s {startup_s(timing):.2f}",
         "| round | measured (local) s | "
-        + " | ".join(f"virtual ({v}) s | error % " for v in sims)
-        + ("| device + link s |" if "simulation" in sims else "|"),
-        "|---|---|" + "---|---|" * len(sims) + ("---|" if "simulation" in sims else ""),
+        + "".join(f"virtual ({v}) s | error % | " for v in sims)
+        + "replay: device + link s | replay: + protocol on the link s | constant part s |",
+        "|---|---|" + "---|---|" * len(sims) + "---|---|---|",
     ]
+    nan = float("nan")
     for r in sorted(measured):
         m = measured[r]
         cells = [f"| {r} | {m:.2f} |"]
         for v in sims:
-            x = virtual[v].get(r, float("nan"))
+            x = virtual[v].get(r, nan)
             cells.append(f" {x:.2f} | {100 * (x - m) / m:+.1f} |")
-        if "simulation" in sims:
-            x = virtual["simulation"].get(r, float("nan"))
-            cells.append(f" {x - delay - (start if r == 1 else 0.0):.2f} |")
+        full = replay.get(r, nan)
+        cells.append(f" {link_only.get(r, nan):.2f} | {full:.2f} | {m - full:.2f} |")
         rows.append("".join(cells))
     acc = ", ".join(f"{v} {res[v].summary.get('final_global_acc'):.4f}" for v in variants)
     rows.append(f"\nfinal global accuracy: {acc}")
@@ -304,6 +376,13 @@ def main() -> None:
         "--variants", default="local,simulation", help=f"calibration: of {sorted(VARIANTS)}"
     )
     ap.add_argument("--keep", type=Path, help="calibration: keep the runs in this folder")
+    ap.add_argument(
+        "--spec",
+        default="protocol",
+        choices=sorted(CALIBRATION_SPECS),
+        help="calibration: protocol (protocol-bound rounds), links (device + link bound) "
+        "or latency (long links, held out from the defaults' runs)",
+    )
     args = ap.parse_args()
     print(
         f"# bench/simulation.py  load(1 min) at start {os.getloadavg()[0]:.2f}, "
@@ -314,7 +393,7 @@ def main() -> None:
         work = Path(tmp)
         if args.calibration:
             variants = tuple(args.variants.split(","))
-            print(calibration(args.keep or work, args.timing, variants))
+            print(calibration(args.keep or work, args.timing, variants, args.spec))
         elif args.clients:
             scale_case(args.clients, args.sample, args.rounds, work)
         else:

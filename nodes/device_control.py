@@ -1,8 +1,10 @@
 """Device emulation on a node (compute stretched to its profile) and its live fault controls.
 
 A node's compute runs at this host's speed; :func:`stretch` then waits so that the
-node's wall time equals the emulated device time ``real / speed_factor * slowdown``
-(both are recorded). The control plane changes a node's behaviour live (straggler
+node's wall time equals the emulated device time ``work / speed_factor * slowdown``
+(both are recorded), ``work`` the step's measured CPU time where the caller has it
+(FL training: single-threaded, so the thread's CPU time), else its wall time. The
+control plane changes a node's behaviour live (straggler
 slowdown, misconfiguration) by writing a small JSON control file that the ClientApp
 reads at every task.
 """
@@ -67,25 +69,35 @@ def write_control(path: str | os.PathLike[str], control: NodeControl) -> None:
     os.replace(tmp, p)
 
 
-def stretch(real_s: float, speed_factor: float, slowdown: float = 1.0) -> float:
+def stretch(
+    real_s: float, speed_factor: float, slowdown: float = 1.0, cpu_s: float | None = None
+) -> float:
     """Wait so that a compute step of ``real_s`` seconds takes the emulated device time.
 
     Parameters
     ----------
     real_s : float
-        Measured compute time on this host, seconds.
+        Measured wall time of the step on this host, seconds.
     speed_factor : float
         Device speed relative to this host (0.5 = twice as slow).
     slowdown : float
         Extra straggler factor.
+    cpu_s : float, optional
+        Measured CPU time of the step (the thread's, for single-threaded work). Given,
+        it is the step's work: the device time no longer grows with this host's load
+        (other nodes' processes contending for its cores stretch the wall time, not the
+        CPU time; stretching the wall time would multiply that contention by the
+        profile's factor). ``None``: the wall time is the work, as before.
 
     Returns
     -------
     float
-        Emulated device time, seconds (``real_s / speed_factor * slowdown``; never less
-        than ``real_s``: a faster device than this host cannot be emulated by waiting).
+        Emulated device time, seconds (``work / speed_factor * slowdown``, work =
+        ``cpu_s`` or ``real_s``; never less than ``real_s``: a device faster than this
+        host, or than this host under its current load, cannot be emulated by waiting).
     """
-    device_s = max(real_s, real_s / speed_factor * slowdown)
+    work = real_s if cpu_s is None else cpu_s
+    device_s = max(real_s, work / speed_factor * slowdown)
     if device_s > real_s:
         time.sleep(device_s - real_s)
     return device_s

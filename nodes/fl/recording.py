@@ -34,6 +34,7 @@ from nodes.fl.telemetry import Telemetry
 TRAIN_METRICS = (
     ("train-loss", "train_loss"),
     ("train-duration-s", "train_duration_s"),
+    ("train-cpu-s", "train_cpu_s"),
     ("device-time-s", "device_time_s"),
     ("num-examples", "num_examples"),
     *TT_METRICS,  # TT-SVD on the device: measured, stretched, modelled engine

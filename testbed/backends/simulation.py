@@ -60,10 +60,11 @@ def check_experiment(exp: Experiment) -> None:
 
 def protocol_terms(
     timing: str, sim: SimulationSpec, fleet_size: int = 1
-) -> dict[str, float | None]:
+) -> dict[str, float | int | None]:
     """The clock's protocol terms for ``workload.fl.protocol_timing`` ``timing`` and
     ``fleet_size`` clients (the poll period grows with the fleet as the real one's):
-    ``protocol_delay_s``, ``startup_s`` and ``poll_period_s`` (None: no poll grid).
+    ``protocol_delay_s``, ``startup_s``, ``poll_period_s`` (None: no poll grid) and
+    the protocol-on-the-link terms (:mod:`testbed.simulation.protocol`).
 
     With ``simulation.poll_grid`` the grid plays the two polls' waits, so the default
     delay is the measured one less their expected sum (half a period each: a pull
@@ -77,6 +78,10 @@ def protocol_terms(
         "protocol_delay_s": delay,
         "startup_s": startup_s(timing, sim.startup_s),
         "poll_period_s": period,
+        "latency_legs": sim.latency_legs,
+        "startup_latency_legs": sim.startup_latency_legs,
+        "window_bytes": sim.flow_window_bytes,
+        "server_reply_s": sim.server_reply_s,
     }
 
 

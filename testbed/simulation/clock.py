@@ -4,18 +4,26 @@ Flower's Simulation Engine runs every ClientApp on a Ray actor of this host, so 
 time says nothing about the devices and links a spec describes. Per client and round,
 starting at the round's virtual start ``T``::
 
-    t1 = link.transfer(T, bytes_down)                 (latency, jitter, rate, loss, held
-                                                       while partitioned; schedules)
+    t1 = link.transfer(T, bytes_down) + stall(bytes_down)   (latency, jitter, rate, loss,
+                                                       held while partitioned; schedules;
+                                                       flow-control window waits)
     t2 = t1 + compute_s * stretch * straggler         (stopped while paused)
-    t3 = link.transfer(t2, bytes_up)
-    virtual_client_s = t3 + protocol_delay_s [+ startup_s] - T
+    t3 = link.transfer(t2, bytes_up) + stall(bytes_up)
+    virtual_client_s = t3 + protocol_delay_s + latency_legs * latency
+                       [+ startup_s + startup_latency_legs * latency] - T
 
-``startup_s`` is added to a client's first train exchange of the run only (the
-first-task costs of a real node: :data:`STARTUP_S`). With ``simulation.poll_grid``
-the exchange also waits for the client's next pull on its SuperNode's poll grid, and
-the round ends on the ServerApp's reply-poll grid (:mod:`testbed.simulation.polls`).
+``startup_s`` and its latency legs are added to a client's first train exchange of the
+run only (the first-task costs of a real node: :data:`STARTUP_S`). ``latency`` is the
+link's one-way latency when the exchange starts; the legs, the window stalls and the
+ServerApp's per-reply work that ends a round (``server_reply_s``, applied by
+:mod:`testbed.simulation.grid`) are :mod:`testbed.simulation.protocol`.
+With ``simulation.poll_grid`` the exchange also waits for the client's next pull on
+its SuperNode's poll grid, and the round ends on the ServerApp's reply-poll grid
+(:mod:`testbed.simulation.polls`).
 
-``compute_s`` is the ClientApp's measured ``train-duration-s``, ``stretch = 1 /
+``compute_s`` is the ClientApp's measured ``train-cpu-s`` (the training thread's CPU
+time, as the local backend's device emulation uses it; ``train-duration-s``, the wall
+time, for an app that does not report it), ``stretch = 1 /
 cpu_speed_factor`` of the node's profile (never below 1, as the local backend's
 emulated wait), the link is :class:`testbed.simulation.timeline.LinkTimeline` (the
 node's link, its schedule or satellite passes, and the faults' changes). A client down
@@ -33,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from testbed.emulation.link import LinkParams
+from testbed.simulation.protocol import latency_s, window_stall_s
 from testbed.simulation.timeline import LinkTimeline, advance_compute
 
 if TYPE_CHECKING:
@@ -42,20 +51,22 @@ if TYPE_CHECKING:
 
 #: Default of the named protocol-delay term per ``workload.fl.protocol_timing``, seconds
 #: added to every client's exchange: the time Flower's Deployment Engine spends on one
-#: train exchange beyond device and link time (polling waits, object store, hand-offs).
-#: Measured on the local fleet, this 2-core machine (docs/results/calibration.md: the
-#: run each value was read off, and how).
-#: Each value is the median over the rounds after the first (steady state) of measured
-#: round time less the clock's device + link time.
-PROTOCOL_DELAY_S: dict[str, float] = {"flower": 7.44, "fast": 1.29}
+#: train exchange beyond device and link time and the protocol-on-the-link terms
+#: (:mod:`testbed.simulation.protocol`): polling waits, object store, hand-offs.
+#: Measured on the local fleet, this 2-core machine, as the median over the rounds after
+#: the first of measured round time less the clock replayed on the run's own
+#: measurements (:mod:`testbed.simulation.calibration`); docs/results/calibration.md
+#: names the runs (``fast``: 11 latency-sweep runs; ``flower``: the earlier runs'
+#: steady-state delay less what the new terms add on their spec).
+PROTOCOL_DELAY_S: dict[str, float] = {"flower": 6.89, "fast": 0.52}
 
 #: Default of the first-exchange start-up term per ``workload.fl.protocol_timing``,
 #: seconds added to a client's first train exchange of a run: what a real node's first
-#: round costs beyond the later ones (the warm ClientApp's first task: its FAB load, its
-#: first object pull meeting Flower's 1 + 2 s back-off instead of 1 s, torch's first
-#: fit; the SuperNode's and ServerApp's first message). Measured on the local fleet as
-#: round 1 less the median of the later rounds (docs/results/calibration.md: the runs).
-STARTUP_S: dict[str, float] = {"flower": 2.30, "fast": 0.50}
+#: round costs beyond the later ones and beyond ``startup_latency_legs`` (the warm
+#: ClientApp's first task: its FAB load, its first object pull meeting Flower's 1 + 2 s
+#: back-off instead of 1 s, torch's first fit). Measured on the local fleet as round 1's
+#: excess over the median of the later rounds, with the same replay and runs.
+STARTUP_S: dict[str, float] = {"flower": 2.06, "fast": 0.37}
 
 
 def _default(table: dict[str, float], key: str, timing: str, explicit: float | None) -> float:
@@ -160,6 +171,13 @@ class VirtualClock:
         The availability trace.
     polls : PollGrid or None
         Flower's poll grids on virtual time (``simulation.poll_grid``), else None.
+    latency_legs, startup_latency_legs : float
+        One-way link latencies added to every exchange / to a client's first one
+        (0 here; runs take :mod:`testbed.simulation.protocol`'s).
+    window_bytes : int or None
+        Flow-control window of the payload transfers (None here: no window waits).
+    server_reply_s : float
+        The ServerApp's work per reply (0 here; the grid queues the replies).
     """
 
     clients: Mapping[str, ClientModel]
@@ -170,6 +188,10 @@ class VirtualClock:
     availability: Availability | None = None
     startup_s: float = 0.0
     polls: PollGrid | None = None
+    latency_legs: float = 0.0
+    startup_latency_legs: float = 0.0
+    window_bytes: int | None = None
+    server_reply_s: float = 0.0
     _links: dict[str, LinkTimeline] = field(default_factory=dict)
     _started: set[str] = field(default_factory=set)  # clients past their first exchange
 
@@ -211,21 +233,26 @@ class VirtualClock:
         rng = np.random.default_rng([self.seed, rnd, pid])
         link = self.link(name)
         t = start + (self.polls.pickup_wait(pid, start) if self.polls else 0.0)
-        t = link.transfer(t, down, rng)
+        down_params = link.at(t)
+        lat = latency_s(down_params)
+        t = link.transfer(t, down, rng) + window_stall_s(down, down_params, self.window_bytes)
         work = compute_s * c.stretch * (fs.slowdown(rnd) if fs else 1.0)
         t = advance_compute(fs.frozen, t, work) if fs else t + work
-        t = link.transfer(t, up, rng) + self.protocol_delay_s + self._startup(name)
+        up_params = link.at(t)
+        t = link.transfer(t, up, rng) + window_stall_s(up, up_params, self.window_bytes)
+        t += self.protocol_delay_s + self.latency_legs * lat + self._startup(name, lat)
         if self.polls:
             self.polls.pushed(pid, t)
         lost = self.down_reason(name, start, min(t, start + 10 * self.deadline_s))
         return Exchange(t - start, lost)
 
-    def _startup(self, name: str) -> float:
-        """``startup_s`` on the client's first exchange of the run, else 0."""
+    def _startup(self, name: str, latency: float) -> float:
+        """``startup_s`` and its latency legs (``latency``: one-way, seconds) on the
+        client's first exchange of the run, else 0."""
         if name in self._started:
             return 0.0
         self._started.add(name)
-        return self.startup_s
+        return self.startup_s + self.startup_latency_legs * latency
 
     def down_reason(self, name: str, a: float, b: float) -> str | None:
         """Why client ``name`` is down somewhere in virtual ``[a, b]`` (None: up)."""

@@ -10,6 +10,11 @@
                                        # null: measured default of workload.fl.protocol_timing
       startup_s: null                  # added to a client's first exchange, seconds;
                                        # null: measured default of workload.fl.protocol_timing
+      latency_legs: 7                  # one-way link latencies per exchange beyond the
+                                       # payload transfers' (Flower's request sequence)
+      startup_latency_legs: 4          # more on a client's first exchange (GetRun, GetFab)
+      flow_window_bytes: 65535         # HTTP/2 flow-control window (null: no window waits)
+      server_reply_s: 0.05             # the ServerApp's serial work per reply, seconds
       poll_grid: false                 # play Flower's poll grids (SuperNode pulls, the
                                        # ServerApp's reply polls) on the virtual clock
       availability:                    # per-client on/off trace (docs/simulation.md)
@@ -25,6 +30,12 @@ from typing import Literal
 from pydantic import Field
 
 from nodes.frozen import Frozen
+from testbed.simulation.protocol import (
+    FLOW_WINDOW_BYTES,
+    LATENCY_LEGS,
+    SERVER_REPLY_S,
+    STARTUP_LATENCY_LEGS,
+)
 
 
 class AvailabilitySpec(Frozen):
@@ -55,6 +66,28 @@ class SimulationSpec(Frozen):
         description="seconds added to a client's first train exchange of the run on the "
         "virtual clock (a real node's first-round costs); null: the default measured for "
         "workload.fl.protocol_timing",
+    )
+    latency_legs: float = Field(
+        LATENCY_LEGS,
+        ge=0,
+        description="one-way link latencies added to every client exchange on the virtual "
+        "clock (Flower's requests beyond the payload transfers; testbed/simulation/protocol.py)",
+    )
+    startup_latency_legs: float = Field(
+        STARTUP_LATENCY_LEGS,
+        ge=0,
+        description="one-way link latencies added to a client's first exchange (GetRun, GetFab)",
+    )
+    flow_window_bytes: int | None = Field(
+        FLOW_WINDOW_BYTES,
+        gt=0,
+        description="flow-control window of a payload transfer on the virtual clock, bytes "
+        "(gRPC's HTTP/2 initial window); null: no window waits",
+    )
+    server_reply_s: float = Field(
+        SERVER_REPLY_S,
+        ge=0,
+        description="the ServerApp's serial work per reply on the virtual clock, seconds",
     )
     poll_grid: bool = Field(
         False,

@@ -25,6 +25,7 @@ from flwr.serverapp import Grid
 
 from nodes.fl.telemetry import Telemetry
 from testbed.simulation.clock import VirtualClock
+from testbed.simulation.protocol import server_queue_end
 
 
 def _payload(msg: Message) -> int:
@@ -144,15 +145,17 @@ class ClockedGrid:
         sizes: dict[int, int] = {}
         down = {m.metadata.dst_node_id: _cached(sizes, m) for m in messages}
         replies = list(self._send(messages, timeout=self.wall_cap_s))
-        kept, slowest = [], 0.0
+        kept, arrivals, late = [], [], len(replies) < len(messages)
         for reply in replies:
             vt = self._time(reply, down, rnd)
             if vt is None or vt <= self.clock.deadline_s:
-                slowest = max(slowest, vt or 0.0)
+                arrivals.append(vt or 0.0)
                 kept.append(reply)
             else:
-                slowest = self.clock.deadline_s
-        if len(replies) < len(messages):
+                late = True
+        # the ServerApp handles the kept replies one at a time, in arrival order
+        slowest = min(server_queue_end(arrivals, self.clock.server_reply_s), self.clock.deadline_s)
+        if late:
             slowest = self.clock.deadline_s
         elif self.clock.polls is not None:  # the ServerApp sees the last reply at a poll
             slowest = min(self.clock.polls.round_end(slowest), self.clock.deadline_s)
@@ -173,7 +176,9 @@ class ClockedGrid:
         pid = self.partitions.get(src, int(_scalar(reply, "partition-id", -1)))
         name = self.names[pid] if 0 <= pid < len(self.names) else f"node-{src}"
         start = self.elapsed_s
-        compute = _scalar(reply, "train-duration-s", 0.0)
+        # the training's CPU time (the work, whatever the host's load); older apps
+        # that do not report it: its wall time
+        compute = _scalar(reply, "train-cpu-s", _scalar(reply, "train-duration-s", 0.0))
         ex = self.clock.exchange(name, pid, rnd, start, compute, down.get(src, 0), _payload(reply))
         self.tel.metric("virtual_client_s", min(ex.seconds, 1e12), rnd, name)
         if ex.lost is None and ex.seconds <= self.clock.deadline_s:

@@ -33,6 +33,10 @@ workload:
 simulation:  # device and link time only: the rounds' virtual lengths are the spec's
   protocol_delay_s: 0.0
   startup_s: 0.0
+  latency_legs: 0
+  startup_latency_legs: 0
+  flow_window_bytes: null
+  server_reply_s: 0.0
 faults:
   - {{kind: crash, node: edge-5, at_round: 2}}
   # rounds with a late reply last the deadline: this covers rounds 3 and 4 exactly

@@ -31,7 +31,9 @@ DELAY_S = 1.0  # the clock's protocol delay
 PHASES = {0: 0.5, 1: 1.0, 2: 2.9}  # pull phases: replies at 1.7, 2.2 and 4.1 s
 
 
-def virtual_round_s(tmp_path: Path, deadline_s: float, polls: PollGrid | None) -> float:
+def virtual_round_s(
+    tmp_path: Path, deadline_s: float, polls: PollGrid | None, reply_s: float = 0.0
+) -> float:
     """One train round of three clients through a ClockedGrid: its virtual_round_s."""
     factory = LinkStateFactory(
         FLWR_IN_MEMORY_DB_NAME, NoOpFederationManager(), ObjectStoreFactory()
@@ -44,8 +46,8 @@ def virtual_round_s(tmp_path: Path, deadline_s: float, polls: PollGrid | None) -
     grid = InMemoryGrid(factory)
     grid.set_run(run)
     grid.pull_interval = 0.01
-    path = tmp_path / f"tel-{deadline_s}-{polls is not None}.jsonl"
-    clock = VirtualClock({}, deadline_s, DELAY_S, polls=polls)
+    path = tmp_path / f"tel-{deadline_s}-{polls is not None}-{reply_s}.jsonl"
+    clock = VirtualClock({}, deadline_s, DELAY_S, polls=polls, server_reply_s=reply_s)
     names = [f"c{p}" for p in range(len(PHASES))]
     ClockedGrid(grid, clock, names, Telemetry(str(path)), 30.0, mapping)
     stop = threading.Event()
@@ -85,3 +87,12 @@ def test_round_ends_at_the_serverapps_poll_after_the_slowest_reply(tmp_path: Pat
     assert virtual_round_s(tmp_path, 5.0, PollGrid(3.0, phases=dict(PHASES))) == (
         pytest.approx(5.0)
     )
+
+
+def test_the_serverapp_handles_replies_one_at_a_time(tmp_path: Path) -> None:
+    # three replies arriving together at 1.2 s, 0.25 s of ServerApp work each
+    assert virtual_round_s(tmp_path, 60.0, None, reply_s=0.25) == pytest.approx(
+        COMPUTE_S + DELAY_S + 3 * 0.25
+    )
+    # the queue never ends a round past its deadline
+    assert virtual_round_s(tmp_path, 1.5, None, reply_s=0.25) == pytest.approx(1.5)

@@ -1,0 +1,77 @@
+"""The virtual clock replayed on a local run: what a real round spent beyond the model.
+
+A local run (real SuperLink and SuperNodes, shaped links, compute stretched to each
+profile) records per client and round its measured ``device_time_s`` (training, the
+profile's emulated wait, straggler included) and the payload bytes it received and
+sent. Replaying the clock's arithmetic on those measurements gives the round as the
+clock would count it for exactly that run, its device and link time with or without the
+protocol-on-the-link terms (:mod:`testbed.simulation.protocol`: latency legs,
+flow-control window, the ServerApp's reply queue); the measured round less the full
+replay is what the clock's constant terms (``simulation.protocol_delay_s``,
+``startup_s``) stand for. ``bench/simulation.py --calibration`` prints these beside the
+virtual rounds, and the constants' defaults are read off local runs this way
+(docs/results/calibration.md).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from testbed.backends.simulation import client_model
+from testbed.planner import make_plan
+from testbed.simulation.clock import ClientModel, VirtualClock
+from testbed.simulation.config import SimulationSpec
+from testbed.simulation.protocol import server_queue_end
+from testbed.spec.models import Experiment
+from testbed.store import RunStore
+
+
+def per_node(store: RunStore, run_id: str, metric: str) -> dict[tuple[int, str], float]:
+    """``metric`` per (round, node) of a run (rows without a round or node left out)."""
+    rows = store.metrics(run_id, metric)
+    return {
+        (int(m.round), str(m.node)): m.value
+        for m in rows
+        if m.round is not None and m.node is not None and m.value is not None
+    }
+
+
+def replayed_rounds(
+    store: RunStore, run_id: str, exp: Experiment, protocol: bool = True
+) -> dict[int, float]:
+    """Per round of a local run of ``exp``: the clock's round on the run's measurements.
+
+    Per client: its exchange on :class:`VirtualClock` (the node's link from the plan, no
+    faults, no jitter draw beyond the spec's own) with its measured ``device_time_s`` as
+    the device time and the payload bytes it received and sent; the constant terms
+    (``protocol_delay_s``, ``startup_s``) are 0. ``protocol``: with the spec's
+    protocol-on-the-link terms (``exp.simulation`` or their defaults), the round ending
+    when the ServerApp has handled every reply; else device + link only, the slowest
+    client's.
+
+    Returns
+    -------
+    dict of int to float
+        Round -> seconds; rounds without a ``device_time_s`` row are absent.
+    """
+    plan = make_plan(exp)
+    models = {n.name: ClientModel(**client_model(n)) for n in plan.clients}
+    pids = {n.name: n.partition_id or 0 for n in plan.clients}
+    sim = exp.simulation or SimulationSpec()
+    clock = VirtualClock(models, deadline_s=float("inf"), seed=plan.seed)
+    if protocol:
+        clock.latency_legs = sim.latency_legs
+        clock.startup_latency_legs = sim.startup_latency_legs
+        clock.window_bytes = sim.flow_window_bytes
+    down = per_node(store, run_id, "bytes_received")
+    up = per_node(store, run_id, "bytes_sent")
+    arrivals: dict[int, list[float]] = defaultdict(list)
+    for (rnd, node), device_s in sorted(per_node(store, run_id, "device_time_s").items()):
+        compute_s = device_s / clock.model(node).stretch  # the clock stretches it back
+        nbytes = int(down.get((rnd, node), 0)), int(up.get((rnd, node), 0))
+        ex = clock.exchange(node, pids.get(node, 0), rnd, 0.0, compute_s, *nbytes)
+        arrivals[rnd].append(ex.seconds)
+    reply_s = sim.server_reply_s if protocol else 0.0
+    return {
+        rnd: server_queue_end(ts, reply_s) if protocol else max(ts) for rnd, ts in arrivals.items()
+    }

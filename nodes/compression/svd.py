@@ -18,7 +18,7 @@ Back-ends (registered by name in :data:`BACKENDS`):
   below float32's ``eps``); a float64 input goes to ``lapack``. With a target rank ``r``
   only the leading ``r`` triplets are formed. ``u @ diag(s) @ vh`` is the orthogonal
   projection of ``A`` onto the computed leading subspace, so the truncation error equals
-  ``lapack``'s up to rounding (tested; equal to 6 digits in ``bench/tt.py``). Far cheaper
+  ``lapack``'s up to rounding (tested; equal to 7 digits in ``bench/tt.py``). Far cheaper
   than ``gesdd`` when m << n (or m >> n), the TT unfoldings' case.
 - ``two_phase``: written here in torch, float64: Householder bidiagonalization
   (:func:`nodes.compression.bidiag.gebrd`), forming the orthogonal factors

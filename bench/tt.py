@@ -1,12 +1,13 @@
 """TT-Edge benchmarks (issue 5): prints ratios measured in one run, plus the MODELLED engine.
 
 1. Our TT-SVD (torch; exact ``lapack`` per tensor, exact with equal shapes batched
-   (``tt_svd_many``), and ``randomized`` batched) vs TensorLy
+   (``tt_svd_many``), ``randomized`` batched, and the exact ``gram`` back-end batched, the
+   default) vs TensorLy
    ``tensor_train`` (numpy back-end, and the pytorch back-end as a second reference) on
    the same 32 ResNet-32 weights (conv as (Cin, kh, kw, Cout), fc as TT-matrix), same
    max ranks 4/8/16: whole-model time ratio (median of interleaved repeats) and
-   reconstruction error of each; then randomized vs exact SVD per unfolding shape and
-   rank (where the crossover is).
+   reconstruction error of each; then randomized and gram vs exact SVD per unfolding shape
+   and rank (where the crossover is).
 2. two_phase (compiled, numba) and its torch reference vs lapack inside TT-SVD, per layer
    size, with the two_phase time split by phase (gebrd / orgbr / bdsqr), and the
    whole-model phase counters of the compiled version vs the reference.
@@ -101,9 +102,10 @@ def model_error(refs: list[torch.Tensor], approx: list[torch.Tensor]) -> tuple[f
     return (num / den) ** 0.5, worst
 
 
-# our exact TT-SVD per tensor; exact, equal shapes batched; randomized SVD, batched;
-# TensorLy on numpy; on pytorch
-METHODS = ("ours", "ours_batched", "ours_rand", "tl_numpy", "tl_torch")
+# our exact (lapack) TT-SVD per tensor; exact, equal shapes batched; randomized SVD,
+# batched; exact Gram-matrix SVD, batched; TensorLy on numpy; on pytorch
+METHODS = ("ours", "ours_batched", "ours_rand", "ours_gram", "tl_numpy", "tl_torch")
+OURS = ("ours", "ours_batched", "ours_rand", "ours_gram")
 
 
 def _decompose(
@@ -114,11 +116,13 @@ def _decompose(
     from tensorly.decomposition import tensor_train
 
     if method == "ours":
-        return [tt_svd(t, None, r) for t in tensors]
+        return [tt_svd(t, None, r, "lapack") for t in tensors]
     if method == "ours_batched":
         return tt_svd_many(tensors, r, "lapack")
     if method == "ours_rand":
         return tt_svd_many(tensors, r, "randomized")
+    if method == "ours_gram":
+        return tt_svd_many(tensors, r, "gram")
     if method == "tl_numpy":
         tl.set_backend("numpy")
         return [tensor_train(a, r) for a in arrays]
@@ -135,7 +139,7 @@ def _reconstruct(
     """The whole model decomposed with ``method`` and multiplied back to full tensors."""
     import tensorly as tl
 
-    if method in ("ours", "ours_batched", "ours_rand"):
+    if method in OURS:
         return [tt.full() for tt in _decompose(method, tensors, arrays, r)]
     tts = _decompose(method, tensors, arrays, r)
     if method == "tl_numpy":
@@ -167,7 +171,7 @@ def vs_tensorly(tensors: list[torch.Tensor], repeats: int) -> list[dict]:
         for name in METHODS:
             _timed(name, tensors, arrays, r)  # warm-up
         for _ in range(repeats):
-            for name in METHODS:  # interleaved so load changes hit all three alike
+            for name in METHODS:  # interleaved so load changes hit all alike
                 wall, cpu_s = _timed(name, tensors, arrays, r)
                 times[name].append(wall)
                 cpu[name].append(cpu_s)
@@ -189,7 +193,9 @@ def _tensorly_row(
     return {
         "max_rank": r, "ours_s": med["ours"], "tensorly_numpy_s": med["tl_numpy"],
         "tensorly_torch_s": med["tl_torch"], "ours_rand_s": med["ours_rand"],
-        "ours_batched_s": med["ours_batched"],
+        "ours_batched_s": med["ours_batched"], "ours_gram_s": med["ours_gram"],
+        "gram_ratio_vs_tensorly_numpy": med["ours_gram"] / med["tl_numpy"],
+        "gram_cpu_ratio_vs_tensorly_numpy": cpu_med["ours_gram"] / cpu_med["tl_numpy"],
         "batched_ratio_vs_tensorly_numpy": med["ours_batched"] / med["tl_numpy"],
         "ratio_vs_tensorly_numpy": med["ours"] / med["tl_numpy"],
         "rand_ratio_vs_tensorly_numpy": med["ours_rand"] / med["tl_numpy"],
@@ -199,7 +205,8 @@ def _tensorly_row(
         "cpu_ratio_vs_tensorly_numpy": cpu_med["ours"] / cpu_med["tl_numpy"],
         "cpu_ratio_vs_tensorly_torch": cpu_med["ours"] / cpu_med["tl_torch"],
         "ours_err": err["ours"][0], "ours_rand_err": err["ours_rand"][0],
-        "ours_batched_err": err["ours_batched"][0],
+        "ours_batched_err": err["ours_batched"][0], "ours_gram_err": err["ours_gram"][0],
+        "gram_max_layer_err": err["ours_gram"][1],
         "tensorly_numpy_err": err["tl_numpy"][0],
         "tensorly_torch_err": err["tl_torch"][0],
         "ours_max_layer_err": err["ours"][1], "tensorly_max_layer_err": err["tl_numpy"][1],
@@ -278,8 +285,9 @@ CROSSOVER_SHAPES = ((64, 576), (48, 192), (32, 288), (48, 64), (16, 144))
 
 
 def randomized_crossover(tensors: list[torch.Tensor], repeats: int) -> list[dict]:
-    """Randomized (forced, whatever the rank) vs exact SVD per unfolding shape and rank:
-    time and relative error of the rank-r truncation, on unfoldings of trained weights."""
+    """Randomized (forced, whatever the rank) and gram vs exact SVD per unfolding shape and
+    rank: time and relative error of the rank-r truncation, on unfoldings of trained
+    weights."""
     import nodes.compression.svd as svdmod
 
     by_shape: dict[tuple[int, int], torch.Tensor] = {}
@@ -296,18 +304,23 @@ def randomized_crossover(tensors: list[torch.Tensor], repeats: int) -> list[dict
             chosen = svdmod.randomized_applies(shape, r)
             saved, svdmod.CROSSOVER = svdmod.CROSSOVER, 1.0
             try:
-                rand, exact = _min_times([lambda a=a, r=r: svdmod.svd_randomized(a, None, r),
-                                          lambda a=a: svdmod.svd_lapack(a)], repeats)
+                rand, exact, gram = _min_times(
+                    [lambda a=a, r=r: svdmod.svd_randomized(a, None, r),
+                     lambda a=a: svdmod.svd_lapack(a),
+                     lambda a=a, r=r: svdmod.svd_gram(a, None, r)], repeats)
                 ur, sr, vr = svdmod.svd_randomized(a, None, r)
             finally:
                 svdmod.CROSSOVER = saved
             ue, se, ve = svdmod.svd_lapack(a)
+            ug, sg, vg = svdmod.svd_gram(a, None, r)
             rows.append({
                 "shape": list(shape), "rank": r, "from_weights": shape in by_shape,
                 "exact_s": exact[0], "randomized_s": rand[0],
                 "time_ratio": rand[0] / exact[0], "used_by_randomized_backend": chosen,
+                "gram_s": gram[0], "gram_time_ratio": gram[0] / exact[0],
                 "exact_err": float(relative_error(a, (ue[:, :r] * se[:r]) @ ve[:r])),
                 "randomized_err": float(relative_error(a, (ur[:, :r] * sr[:r]) @ vr[:r])),
+                "gram_err": float(relative_error(a, (ug * sg) @ vg)),
             })
     return rows
 
@@ -391,19 +404,20 @@ def _tensorly_section(result: dict, models: dict[str, nn.Module], repeats: int) 
         print(f"\n## Ours vs TensorLy tensor_train, ResNet-32 {label} weights "
               f"(median of {repeats})")
         print(md_table(rows, ["max_rank", "ours_s", "ours_batched_s", "ours_rand_s",
-                              "tensorly_numpy_s", "tensorly_torch_s", "ratio_vs_tensorly_numpy",
-                              "batched_ratio_vs_tensorly_numpy", "rand_ratio_vs_tensorly_numpy",
-                              "rand_cpu_ratio_vs_tensorly_numpy",
+                              "ours_gram_s", "tensorly_numpy_s", "tensorly_torch_s",
+                              "ratio_vs_tensorly_numpy", "batched_ratio_vs_tensorly_numpy",
+                              "rand_ratio_vs_tensorly_numpy", "gram_ratio_vs_tensorly_numpy",
+                              "gram_cpu_ratio_vs_tensorly_numpy",
                               "cpu_ratio_vs_tensorly_numpy", "ratio_vs_tensorly_torch",
-                              "ours_err", "ours_batched_err", "ours_rand_err",
+                              "ours_err", "ours_batched_err", "ours_rand_err", "ours_gram_err",
                               "tensorly_numpy_err", "tensorly_torch_err"]))
     rows = randomized_crossover(weight_tensors(models["trained"]), repeats)
     result["randomized_crossover"] = rows
-    print("\n## Randomized (HMT, p=8, q=2) vs exact SVD per unfolding (min of "
+    print("\n## Randomized (HMT, p=8, q=2) and gram vs exact SVD per unfolding (min of "
           f"{repeats}); used_by_randomized_backend = below the crossover")
     print(md_table(rows, ["shape", "rank", "from_weights", "exact_s", "randomized_s",
-                          "time_ratio", "used_by_randomized_backend", "exact_err",
-                          "randomized_err"]))
+                          "time_ratio", "used_by_randomized_backend", "gram_s",
+                          "gram_time_ratio", "exact_err", "randomized_err", "gram_err"]))
 
 
 def _two_phase_section(result: dict, trained: nn.Module, repeats: int) -> None:
@@ -429,12 +443,16 @@ def _two_phase_section(result: dict, trained: nn.Module, repeats: int) -> None:
 def _summary(result: dict) -> None:
     """The two headline ratios of this run."""
     print("\n## Summary (this run)")
-    for row in result["tensorly_trained"]:
-        print(f"TT-SVD / TensorLy numpy, trained, rank {row['max_rank']}: randomized+batched "
-              f"{row['rand_ratio_vs_tensorly_numpy']:.2f}x time (error "
-              f"{row['ours_rand_err']:.4f}), exact batched "
-              f"{row['batched_ratio_vs_tensorly_numpy']:.2f}x (error "
-              f"{row['ours_batched_err']:.4f}); TensorLy error {row['tensorly_numpy_err']:.4f}")
+    for label in ("trained", "random-init"):
+        for row in result[f"tensorly_{label}"]:
+            print(f"TT-SVD / TensorLy numpy, {label}, rank {row['max_rank']}: gram+batched "
+                  f"(exact, default) {row['gram_ratio_vs_tensorly_numpy']:.2f}x time (error "
+                  f"{row['ours_gram_err']:.4f}), randomized+batched "
+                  f"{row['rand_ratio_vs_tensorly_numpy']:.2f}x (error "
+                  f"{row['ours_rand_err']:.4f}), lapack batched "
+                  f"{row['batched_ratio_vs_tensorly_numpy']:.2f}x (error "
+                  f"{row['ours_batched_err']:.4f}); TensorLy error "
+                  f"{row['tensorly_numpy_err']:.4f}")
     two = [r["ratio_two_phase_over_lapack"] for r in result["backends"]]
     print(f"two_phase / lapack per layer shape: {min(two):.2f}-{max(two):.2f}x")
 

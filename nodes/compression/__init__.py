@@ -1,8 +1,9 @@
 """TT-Edge: tensor-train compression of models on the node, and compressed FL uplinks.
 
-Implements issue 5 (arXiv 2511.13738, Kwak et al.): TT-SVD (Oseledets 2011) with two SVD
-back-ends (LAPACK via ``torch.linalg.svd`` and a two-phase Householder + implicit-QR SVD
-written in torch), tensorization of Conv2d/Linear layers, TT layers for fine-tuning, a
+Implements issue 5 (arXiv 2511.13738, Kwak et al.): TT-SVD (Oseledets 2011) with SVD
+back-ends (LAPACK via ``torch.linalg.svd``; the exact Gram-matrix SVD, the default; a
+randomized SVD; a two-phase Householder + implicit-QR SVD, compiled, with its torch
+reference), tensorization of Conv2d/Linear layers, TT layers for fine-tuning, a
 *modelled* cost model of the TTD engine, and an FL uplink codec.
 
 Modules (import them explicitly; this package imports nothing at import time):

@@ -63,7 +63,7 @@ def encode_update(
         Cap on TT ranks (the error bound may then not hold).
     min_numel : int
         Arrays with fewer entries pass through raw.
-    backend : {"lapack", "two_phase"}
+    backend : {"lapack", "gram", "two_phase"}
         SVD back-end of the TT-SVDs (:mod:`nodes.compression.svd`).
     stats : SvdStats, optional
         Receives the SVDs' time (and FLOPs, two_phase) per phase.

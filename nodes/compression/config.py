@@ -39,7 +39,7 @@ class CompressSpec(Frozen):
         Conv2d/Linear layers with fewer weight entries stay dense.
     max_modes : int
         Max TT-matrix modes for Linear weights.
-    svd_backend : {"lapack", "two_phase"}
+    svd_backend : {"lapack", "gram", "two_phase"}
         SVD used for the compression whose accuracy is measured.
     train_steps : int
         Mini-batch steps of the initial training.
@@ -78,7 +78,7 @@ class CompressSpec(Frozen):
     max_rank: int | None = Field(default=None, ge=1)
     min_numel: int = Field(default=1024, ge=1)
     max_modes: int = Field(default=3, ge=1, le=8)
-    svd_backend: Literal["lapack", "two_phase"] = "lapack"
+    svd_backend: Literal["lapack", "gram", "two_phase"] = "lapack"
     train_steps: int = Field(default=600, ge=0)
     train_max_seconds: float = Field(default=60.0, gt=0)
     train_lr: float = Field(default=3e-3, gt=0)

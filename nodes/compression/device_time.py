@@ -78,7 +78,7 @@ def encode_on_device(
     ----------
     encode : callable
         The codec call; it passes ``stats`` to the SVDs (``tt_svd(..., stats=stats)``).
-    backend : {"lapack", "two_phase"}
+    backend : {"lapack", "gram", "two_phase"}
         The SVD back-end ``encode`` uses.
     profile : str
         Engine profile of the modelled times (``cost_model.PROFILES``).

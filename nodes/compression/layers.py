@@ -189,7 +189,7 @@ def compress_module(
     min_numel : int
         Smaller layers stay dense.
     backend : str
-        SVD back-end (``"lapack"`` or ``"two_phase"``).
+        SVD back-end (``"lapack"``, ``"gram"`` or ``"two_phase"``).
     max_modes : int
         Max TT-matrix modes for Linear weights.
 

@@ -10,6 +10,16 @@ Back-ends (registered by name in :data:`BACKENDS`):
   ``r + OVERSAMPLE <= CROSSOVER * min(m, n)``; otherwise (rank unknown or not small) the
   exact ``lapack`` SVD. Returns only the leading ``r + OVERSAMPLE`` triplets; its error is
   larger than the exact truncation's (measured in ``bench/tt.py``). Seeded, deterministic.
+- ``gram``: exact truncated SVD through the Gram matrix of the short side: for an (m, n)
+  matrix with m <= n, the eigendecomposition ``A A^T = U diag(w) U^T`` (``syevd``, an
+  (m, m) problem), then ``P = U^T A``, ``s`` = the row norms of ``P`` and ``vh = P / s``
+  (for m > n the same on ``A^T A``). Formed in float64, so a float32 input keeps float32
+  accuracy (the Gram squares the condition number; float64's ``sqrt(eps)`` ~ 1.5e-8 is
+  below float32's ``eps``); a float64 input goes to ``lapack``. With a target rank ``r``
+  only the leading ``r`` triplets are formed. ``u @ diag(s) @ vh`` is the orthogonal
+  projection of ``A`` onto the computed leading subspace, so the truncation error equals
+  ``lapack``'s up to rounding (tested; equal to 7 digits in ``bench/tt.py``). Far cheaper
+  than ``gesdd`` when m << n (or m >> n), the TT unfoldings' case.
 - ``two_phase``: written here in torch, float64: Householder bidiagonalization
   (:func:`nodes.compression.bidiag.gebrd`), forming the orthogonal factors
   (:func:`~nodes.compression.bidiag.orgbr`), then implicit-shift QR with Givens rotations
@@ -32,7 +42,7 @@ import torch
 from nodes.compression.bdsqr import bdsqr
 from nodes.compression.bidiag import gebrd, orgbr
 
-PHASES = ("gebrd", "orgbr", "bdsqr", "lapack", "randomized")
+PHASES = ("gebrd", "orgbr", "bdsqr", "lapack", "randomized", "gram")
 OVERSAMPLE = 8
 """Extra sketch columns of the randomized SVD (HMT's ``p``)."""
 POWER_ITERS = 2
@@ -122,6 +132,14 @@ class SvdStats:
 SvdResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
+def _count(stats: SvdStats | None, phase: str, t0: float, a: torch.Tensor) -> None:
+    """Add one SVD of ``a`` (m, n), begun at ``t0``, to ``stats`` under ``phase``."""
+    if stats is not None:
+        stats.phases[phase].add(time.perf_counter() - t0)
+        stats.calls += 1
+        stats.shapes.append((int(a.shape[-2]), int(a.shape[-1])))
+
+
 def svd_lapack(
     a: torch.Tensor, stats: SvdStats | None = None, rank: int | None = None
 ) -> SvdResult:
@@ -143,10 +161,7 @@ def svd_lapack(
     """
     t0 = time.perf_counter()
     u, s, vh = torch.linalg.svd(a, full_matrices=False)
-    if stats is not None:
-        stats.phases["lapack"].add(time.perf_counter() - t0)
-        stats.calls += 1
-        stats.shapes.append((int(a.shape[-2]), int(a.shape[-1])))
+    _count(stats, "lapack", t0, a)
     return u, s, vh
 
 
@@ -190,11 +205,64 @@ def svd_randomized(
         q, _ = torch.linalg.qr(a @ z)
     ub, s, vh = torch.linalg.svd(q.mT @ a, full_matrices=False)
     u = q @ ub
-    if stats is not None:
-        stats.phases["randomized"].add(time.perf_counter() - t0)
-        stats.calls += 1
-        stats.shapes.append((m, n))
+    _count(stats, "randomized", t0, a)
     return u, s, vh
+
+
+def svd_gram(
+    a: torch.Tensor, stats: SvdStats | None = None, rank: int | None = None
+) -> SvdResult:
+    """Exact (truncated) SVD through the eigendecomposition of the short side's Gram matrix.
+
+    For m <= n: ``A A^T = U diag(w) U^T`` in float64 (``torch.linalg.eigh``), keep the
+    ``k`` leading eigenvectors ``U_k``, ``P = U_k^T A`` (k, n), ``s`` = row norms of ``P``,
+    ``vh = P / s``. For m > n the same on ``A^T A`` with the roles of ``u`` and ``vh``
+    swapped. ``u @ diag(s) @ vh`` is then the orthogonal projection of ``A`` onto the span
+    of the computed singular vectors (``U_k U_k^T A``): the rank-k truncation error equals
+    the exact SVD's up to rounding, and with all ``min(m, n)`` triplets ``A`` is
+    reconstructed to rounding even when it is rank-deficient. A direction whose singular
+    value is exactly 0 gets a zero row of ``vh`` (column of ``u`` for m > n); directions
+    with singular values below ~1e-8 ``s[0]`` are orthogonal only to that level (the
+    Gram's rounding), their product ``s * vh`` is still exact.
+
+    Parameters
+    ----------
+    a : torch.Tensor
+        Shape (m, n) or a batch (..., m, n), floating. Float32 (or narrower) is computed in
+        float64 and returned in ``a.dtype``; float64 goes to :func:`svd_lapack` (no wider
+        type to keep its precision).
+    stats : SvdStats, optional
+        Receives the wall time under phase ``gram`` (``lapack`` for a float64 input).
+    rank : int, optional
+        Triplets to form, ``k = min(rank, m, n)``; None forms all ``min(m, n)``.
+
+    Returns
+    -------
+    u, s, vh : torch.Tensor
+        Shapes (..., m, k), (..., k), (..., k, n); ``s`` descending.
+    """
+    if a.dtype == torch.float64:
+        return svd_lapack(a, stats)
+    t0 = time.perf_counter()
+    m, n = int(a.shape[-2]), int(a.shape[-1])
+    k = min(m, n) if rank is None else max(1, min(rank, m, n))
+    w = a.to(torch.float64)
+    wide = m <= n
+    if not wide:
+        w = w.mT
+    _, evecs = torch.linalg.eigh(w @ w.mT)  # ascending eigenvalues
+    lead = evecs[..., -k:].flip(-1)  # (.., short, k), descending
+    p = lead.mT @ w  # (.., k, long): U_k^T A (or V_k^T A^T)
+    s = torch.linalg.vector_norm(p, dim=-1)
+    if k > 1 and not bool((s[..., :-1] >= s[..., 1:]).all()):
+        # The eigenvalue order and the row norms agree except at the Gram's rounding level.
+        s, order = torch.sort(s, dim=-1, descending=True, stable=True)
+        lead = lead.gather(-1, order.unsqueeze(-2).expand_as(lead))
+        p = p.gather(-2, order.unsqueeze(-1).expand_as(p))
+    other = p / s.clamp_min(torch.finfo(torch.float64).tiny).unsqueeze(-1)
+    u, vh = (lead, other) if wide else (other.mT, lead.mT)
+    _count(stats, "gram", t0, a)
+    return u.to(a.dtype), s.to(a.dtype), vh.to(a.dtype)
 
 
 def svd_two_phase(
@@ -296,6 +364,7 @@ def svd_two_phase_reference(
 BACKENDS: dict[str, Callable[[torch.Tensor, SvdStats | None, int | None], SvdResult]] = {
     "lapack": svd_lapack,
     "randomized": svd_randomized,
+    "gram": svd_gram,
     "two_phase": svd_two_phase,
     "two_phase_reference": svd_two_phase_reference,
 }
@@ -314,17 +383,19 @@ def svd(
     a : torch.Tensor
         Shape (m, n).
     backend : str
-        ``"lapack"``, ``"randomized"`` or ``"two_phase"``.
+        A name in :data:`BACKENDS`: ``"lapack"``, ``"randomized"``, ``"gram"``,
+        ``"two_phase"`` or ``"two_phase_reference"``.
     stats : SvdStats, optional
         Counters to update.
     rank : int, optional
-        Target rank the caller will keep (used by ``randomized`` only).
+        Target rank the caller will keep (used by ``randomized`` and ``gram`` only).
 
     Returns
     -------
     u, s, vh : torch.Tensor
         Shapes (m, k), (k,), (k, n), ``s`` descending; k = min(m, n) except for a
-        sketched ``randomized`` SVD (k = rank + OVERSAMPLE).
+        sketched ``randomized`` SVD (k = rank + OVERSAMPLE) and for ``gram`` with a rank
+        (k = min(rank, m, n)).
     """
     try:
         fn = BACKENDS[backend]

@@ -109,7 +109,7 @@ def tt_svd(
     tensor: torch.Tensor,
     eps: float | None = None,
     max_rank: int | None = None,
-    backend: str = "lapack",
+    backend: str = "gram",
     stats: SvdStats | None = None,
 ) -> TTTensor:
     """TT-SVD of a dense tensor.
@@ -124,8 +124,10 @@ def tt_svd(
     max_rank : int, optional
         Cap on every TT rank.
     backend : str
-        SVD back-end, ``"lapack"``, ``"randomized"`` (sketched only when ``eps`` is None
-        and ``max_rank`` is small against the unfolding, see
+        SVD back-end, ``"gram"`` (the default: exact, through the short side's Gram
+        matrix, :func:`nodes.compression.svd.svd_gram`; ``lapack`` for float64 input),
+        ``"lapack"``, ``"randomized"`` (sketched only when ``eps`` is None and
+        ``max_rank`` is small against the unfolding, see
         :func:`nodes.compression.svd.svd_randomized`) or ``"two_phase"``.
     stats : SvdStats, optional
         Per-phase counters to update.
@@ -151,7 +153,7 @@ def tt_svd(
     rest = tensor
     for k in range(d - 1):
         mat = rest.reshape(rank * shape[k], -1)
-        # The rank is known in advance only when eps does not truncate (randomized SVD).
+        # The rank is known in advance only when eps does not truncate (randomized, gram).
         u, s, vh = svd(mat, backend, stats, None if delta is not None else max_rank)
         r = truncation_rank(s, delta, max_rank)
         cores.append(u[:, :r].reshape(rank, shape[k], r))
@@ -161,8 +163,12 @@ def tt_svd(
     return TTTensor(cores)
 
 
+BATCHED_BACKENDS = ("gram", "lapack", "randomized")
+"""SVD back-ends that take a batch (..., m, n); :func:`tt_svd_many` accepts these."""
+
+
 def tt_svd_many(
-    tensors: list[torch.Tensor], max_rank: int, backend: str = "lapack"
+    tensors: list[torch.Tensor], max_rank: int, backend: str = "gram"
 ) -> list[TTTensor]:
     """TT-SVD of many tensors at a fixed rank cap, equal shapes decomposed as one batch.
 
@@ -175,8 +181,10 @@ def tt_svd_many(
         Tensors of any shapes (d >= 2), floating.
     max_rank : int
         Cap on every TT rank (>= 1).
-    backend : {"lapack", "randomized"}
-        SVD back-end (the counting ``two_phase`` has no batched form).
+    backend : {"gram", "lapack", "randomized"}
+        SVD back-end (:data:`BATCHED_BACKENDS`; the counting ``two_phase`` has no batched
+        form). The default ``gram`` is exact (same truncation error as ``lapack`` up to
+        rounding) and the fastest here (``bench/tt.py``).
 
     Returns
     -------
@@ -184,8 +192,8 @@ def tt_svd_many(
         In the order of ``tensors``; equal to :func:`tt_svd` ``(t, None, max_rank,
         backend)`` of each up to rounding.
     """
-    if backend not in ("lapack", "randomized"):
-        raise ValueError(f"backend {backend!r}: allowed 'lapack', 'randomized'")
+    if backend not in BATCHED_BACKENDS:
+        raise ValueError(f"backend {backend!r}: allowed {', '.join(BATCHED_BACKENDS)}")
     if max_rank < 1:
         raise ValueError(f"max_rank must be >= 1, got {max_rank}")
     groups: dict[tuple[int, ...], list[int]] = {}
@@ -269,7 +277,7 @@ def tt_matrix_svd(
     in_modes: tuple[int, ...],
     eps: float | None = None,
     max_rank: int | None = None,
-    backend: str = "lapack",
+    backend: str = "gram",
     stats: SvdStats | None = None,
 ) -> TTMatrix:
     """TT-matrix decomposition of a (out, in) matrix (e.g. a Linear weight).

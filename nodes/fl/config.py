@@ -160,10 +160,11 @@ class UplinkSpec(Frozen):
         "float32", description="float arrays of the encoded update are sent in this dtype"
     )
     tiers: list[Tier] = Field(default_factory=lambda: list(DEFAULT_TT_TIERS))
-    svd_backend: Literal["lapack", "two_phase"] = Field(
+    svd_backend: Literal["lapack", "gram", "two_phase"] = Field(
         "lapack",
-        description="TT-SVD on the device: LAPACK, or TT-Edge's two phases "
-        "(Householder bidiagonalisation, then implicit-QR diagonalisation)",
+        description="TT-SVD on the device: LAPACK, the exact Gram-matrix SVD (faster, same "
+        "error up to rounding), or TT-Edge's two phases (Householder bidiagonalisation, "
+        "then implicit-QR diagonalisation)",
     )
     engine_profile: str = Field(
         "riscv-edge-ttd", description="MODELLED TT-Edge engine (nodes/compression/cost_model)"

@@ -14,8 +14,10 @@
     python bench/simulation.py [--rounds 3] [--same-clients 100] [--scale 1000,10000]
     python bench/simulation.py --clients 10000 --sample 100 [--rounds 4]   # one case
     python bench/simulation.py --calibration [--timing flower|fast]
-        [--variants local,simulation,grid] [--keep DIR] [--spec protocol|links]
+        [--variants local,simulation,grid] [--keep DIR] [--spec protocol|links|latency]
                                                        # docs/results/calibration.md
+    python bench/simulation.py --latency-sweep 0,50,100,150,250 [--mbps 20]
+        [--timing fast] [--keep DIR]        # protocol time vs latency, local fleet only
 """
 
 from __future__ import annotations
@@ -277,6 +279,56 @@ def _per_round(store: RunStore, run_id: str, metric: str) -> dict[int, float]:
     return {int(m.round): m.value for m in store.metrics(run_id, metric) if m.round is not None}
 
 
+#: The latency sweep's spec: five clients all on one link kind (``--latency-sweep``).
+SWEEP = """\
+name: latency-sweep-{mbps}-{lat}
+seed: 11
+fleet:
+  nodes:
+    - {{id: cloud, tier: cloud}}
+    - {{id: pi, tier: edge, profile: rpi5, count: 3}}
+    - {{id: jet, tier: edge, profile: jetson-orin-nano, count: 2}}
+links:
+  defaults:
+    edge-cloud: {{bandwidth_mbps: {mbps}, latency_ms: {lat}}}
+workload:
+  fl:
+    rounds: 5
+    local_epochs: 1
+    round_timeout_s: 60
+    protocol_timing: {timing}
+"""
+
+
+def latency_sweep(work: Path, timing: str, mbps: float, latencies: list[float]) -> str:
+    """Local runs only, one per one-way latency: the protocol time (measured round less
+    the clock's replayed device + link), what the protocol-on-the-link terms add in the
+    replay, and the constant part left (medians over rounds 2-5; round 1's excess)."""
+    store = RunStore(work / "runs")
+    rows = [
+        f"timing {timing}, {mbps:g} Mbit/s",
+        "| latency ms | round s | protocol s | on the link s | constant s | round-1 excess s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for lat in latencies:
+        exp = parse_spec(SWEEP.format(mbps=mbps, lat=lat, timing=timing))
+        r = run_experiment(exp, store, spec_path="sweep", backend="local")
+        assert r.status == "completed", r.summary
+        m = _per_round(store, r.run_id, "round_duration_s")
+        link = replayed_rounds(store, r.run_id, exp, protocol=False)
+        full = replayed_rounds(store, r.run_id, exp)
+        steady = [k for k in m if k > 1]
+        const = statistics.median(m[k] - full[k] for k in steady)
+        rows.append(
+            f"| {lat:g} | {statistics.median(m[k] for k in steady):.2f} "
+            f"| {statistics.median(m[k] - link[k] for k in steady):.2f} "
+            f"| {statistics.median(full[k] - link[k] for k in steady):.2f} "
+            f"| {const:.2f} | {m[1] - full[1] - const:+.2f} |"
+        )
+        print(rows[-1], flush=True)
+    return "\n".join(rows)
+
+
 def calibration(
     work: Path,
     timing: str,
@@ -377,6 +429,12 @@ def main() -> None:
     )
     ap.add_argument("--keep", type=Path, help="calibration: keep the runs in this folder")
     ap.add_argument(
+        "--latency-sweep",
+        metavar="MS,MS,...",
+        help="only a latency sweep on the local fleet (docs/results/calibration.md)",
+    )
+    ap.add_argument("--mbps", type=float, default=20.0, help="latency sweep: link rate")
+    ap.add_argument(
         "--spec",
         default="protocol",
         choices=sorted(CALIBRATION_SPECS),
@@ -391,7 +449,10 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
         work = Path(tmp)
-        if args.calibration:
+        if args.latency_sweep:
+            lats = [float(x) for x in args.latency_sweep.split(",")]
+            print(latency_sweep(args.keep or work, args.timing, args.mbps, lats))
+        elif args.calibration:
             variants = tuple(args.variants.split(","))
             print(calibration(args.keep or work, args.timing, variants, args.spec))
         elif args.clients:

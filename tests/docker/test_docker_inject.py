@@ -24,7 +24,7 @@ from tests.docker.conftest import docker_run, labelled_containers
 
 ROUNDS = 6
 SLOWDOWN = 3.0
-STRETCH_TOL = 0.8  # named tolerance: a straggled round's device time >= this x factor x train
+STRETCH_TOL = 0.8  # named tolerance: a straggled round's device time >= this x factor x CPU
 
 SPEC = f"""\
 name: docker-inject
@@ -104,9 +104,9 @@ def test_inject_and_the_chaos_api_act_on_containers(
     status = {(r, n): s for r, n, s, _w in store.round_status(run.run_id)}
     assert status[(ROUNDS, "edge-1")] in ("excluded", "failed")
     until = next(e.data_dict["until_round"] for e in events if e.kind == "straggler_set")
-    train = {
+    train = {  # the training's CPU time: the work the straggler factor multiplies
         m.round: m.value or 0
-        for m in store.metrics(run.run_id, "train_duration_s")
+        for m in store.metrics(run.run_id, "train_cpu_s")
         if m.node == "edge-3"
     }
     device = {

@@ -186,81 +186,65 @@ def bare(text: str, work: Path) -> dict[str, Any]:
     return {"wall_s": time.time() - t0, "rounds": rounds, "round_s": statistics.median(rounds)}
 
 
-CALIBRATION = """\
-name: calibration
+#: The calibration fleet: 3 x rpi5 + 2 x Jetson Orin Nano behind their edge links,
+#: ``jet-2`` on a link of its own, a straggler (``pi-2``, rounds 2-3); seed 11, 5 rounds;
+#: ``{timing}`` is left for ``workload.fl.protocol_timing``.
+CALIBRATION_FLEET = """\
+name: {name}
 seed: 11
 fleet:
   nodes:
-    - {id: cloud, tier: cloud}
-    - {id: pi, tier: edge, profile: rpi5, count: 3}
-    - {id: jet, tier: edge, profile: jetson-orin-nano, count: 2}
+    - {{id: cloud, tier: cloud}}
+    - {{id: pi, tier: edge, profile: rpi5, count: 3}}
+    - {{id: jet, tier: edge, profile: jetson-orin-nano, count: 2}}
 links:
   defaults:
-    edge-cloud: {bandwidth_mbps: 20, latency_ms: 30}
+    edge-cloud: {{bandwidth_mbps: {mbps}, latency_ms: {ms}}}
   nodes:
-    jet-2: {bandwidth_mbps: 5, latency_ms: 60}
+    jet-2: {{bandwidth_mbps: {jet_mbps}, latency_ms: {jet_ms}}}
 workload:
   fl:
     rounds: 5
-    local_epochs: 1
-    round_timeout_s: 60
-    protocol_timing: {timing}
+    local_epochs: {epochs}
+    round_timeout_s: {timeout_s}
+    protocol_timing: {{timing}}
 faults:
-  - {kind: straggler, node: pi-2, at_round: 2, factor: 3, rounds: 2}
+  - {{kind: straggler, node: pi-2, at_round: 2, factor: {factor}, rounds: 2}}
 """
 
+#: The first calibration spec: rounds are mostly Flower's protocol (fast links, one
+#: local epoch, a light straggler).
+CALIBRATION = CALIBRATION_FLEET.format(
+    name="calibration", mbps=20, ms=30, jet_mbps=5, jet_ms=60, epochs=1, timeout_s=60, factor=3
+)
 
 #: A second calibration spec in which the clock's own model (device + link) is most of
 #: the round, not Flower's protocol waits: slow edge links (the model's 154 kB each way
 #: is 0.6-1.2 s), ten local epochs (~0.2 s of host CPU, 0.4 s on an rpi5) and a straggler
 #: (pi-2, factor 6, rounds 2-3) whose stretched compute (~2.4 s) sets those rounds.
-CALIBRATION_LINKS = """\
-name: calibration-links
-seed: 11
-fleet:
-  nodes:
-    - {id: cloud, tier: cloud}
-    - {id: pi, tier: edge, profile: rpi5, count: 3}
-    - {id: jet, tier: edge, profile: jetson-orin-nano, count: 2}
-links:
-  defaults:
-    edge-cloud: {bandwidth_mbps: 2, latency_ms: 40}
-  nodes:
-    jet-2: {bandwidth_mbps: 1, latency_ms: 80}
-workload:
-  fl:
-    rounds: 5
-    local_epochs: 10
-    round_timeout_s: 90
-    protocol_timing: {timing}
-faults:
-  - {kind: straggler, node: pi-2, at_round: 2, factor: 6, rounds: 2}
-"""
+CALIBRATION_LINKS = CALIBRATION_FLEET.format(
+    name="calibration-links",
+    mbps=2,
+    ms=40,
+    jet_mbps=1,
+    jet_ms=80,
+    epochs=10,
+    timeout_s=90,
+    factor=6,
+)
 
 #: A third, held out from the runs the clock's defaults were read off: long links, one
 #: of them fast and long (window-bound: 50 Mbit/s, 180 ms), the others 10 Mbit/s, 100 ms.
-CALIBRATION_LATENCY = """\
-name: calibration-latency
-seed: 11
-fleet:
-  nodes:
-    - {id: cloud, tier: cloud}
-    - {id: pi, tier: edge, profile: rpi5, count: 3}
-    - {id: jet, tier: edge, profile: jetson-orin-nano, count: 2}
-links:
-  defaults:
-    edge-cloud: {bandwidth_mbps: 10, latency_ms: 100}
-  nodes:
-    jet-2: {bandwidth_mbps: 50, latency_ms: 180}
-workload:
-  fl:
-    rounds: 5
-    local_epochs: 3
-    round_timeout_s: 90
-    protocol_timing: {timing}
-faults:
-  - {kind: straggler, node: pi-2, at_round: 2, factor: 6, rounds: 2}
-"""
+CALIBRATION_LATENCY = CALIBRATION_FLEET.format(
+    name="calibration-latency",
+    mbps=10,
+    ms=100,
+    jet_mbps=50,
+    jet_ms=180,
+    epochs=3,
+    timeout_s=90,
+    factor=6,
+)
 
 #: The calibration specs by name (``--spec``).
 CALIBRATION_SPECS = {

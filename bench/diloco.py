@@ -43,7 +43,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from testbed.rows import EventRow, MetricRow  # noqa: E402
+from bench.diloco_clock import (  # noqa: E402
+    cycle_seconds,
+    first_round,
+    link_of,
+    round_clock,
+    round_seconds,
+    time_to,
+    time_to_clear,
+)
 from testbed.runner import run_experiment  # noqa: E402
 from testbed.spec.loader import load_spec  # noqa: E402
 from testbed.spec.models import Experiment  # noqa: E402
@@ -53,7 +61,7 @@ CONFIGS = ["fedavg:1", "fedavg:4", "diloco:4"]
 DEFAULT_OUTER_LR = 0.7  # DiLoCo's server_learning_rate default (nodes/fl/paper_strategies.py)
 EDGE_LINK = "links.defaults.edge-cloud"  # the edge silos' link in experiments/diloco.yaml
 
-Result = dict[str, Any]
+Result = dict[str, Any]  # one run (the same shape as bench.diloco_clock.Result)
 
 
 def parse_config(cfg: str) -> tuple[str, int, float | None]:
@@ -83,30 +91,6 @@ def key_of(r: Result) -> str:
     lr = r.get("outer_lr")
     base = f"{r['strategy']}:{r['local_epochs']}"
     return base if lr is None or lr == DEFAULT_OUTER_LR else f"{base}:{lr:g}"
-
-
-def round_clock(events: list[EventRow], metrics: list[MetricRow]) -> dict[str, dict[str, float]]:
-    """Per round: when it started and ended and when its global accuracy was recorded.
-
-    Seconds after round 1's ``round_start`` event (the server sending round 1's models;
-    the fleet's start-up and the initial evaluation come before it). ``start_s`` and
-    ``end_s`` are the server's ``round_start`` (models sent) and ``round_end`` (replies
-    aggregated) events, ``acc_s`` the ``global_acc`` metric (the aggregate evaluated on
-    the server's test set). A round missing an event lacks that key; no round 1 start:
-    an empty clock.
-    """
-    t0 = next((e.ts for e in events if e.kind == "round_start" and e.round == 1), None)
-    if t0 is None:
-        return {}
-    out: dict[str, dict[str, float]] = {}
-    for e in events:
-        key = {"round_start": "start_s", "round_end": "end_s"}.get(e.kind)
-        if key and e.round is not None and e.round >= 1:
-            out.setdefault(str(e.round), {})[key] = round(e.ts - t0, 3)
-    for m in metrics:
-        if m.name == "global_acc" and m.round is not None and m.round >= 1:
-            out.setdefault(str(m.round), {})["acc_s"] = round(m.ts - t0, 3)
-    return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
 
 
 def _collect(store: RunStore, run_id: str) -> Result:
@@ -171,60 +155,12 @@ def reach(r: Result, target: float) -> tuple[int | None, float | None, float | N
     """First round whose global accuracy >= target, the uplink payload MB up to and
     including it (measured per round), and the wire MB by then (estimate: the wire total
     spread evenly over the rounds)."""
-    for rnd, acc in sorted((int(k), v) for k, v in r["global_acc"].items()):
-        if acc is not None and acc >= target:
-            pay = r.get("payload_up_by_round", {})
-            sent = sum(v for k, v in pay.items() if int(k) <= rnd) / 1e6 if pay else None
-            return rnd, sent, r["bytes_up"] * rnd / r["rounds"] / 1e6
-    return None, None, None
-
-
-def time_to(r: Result, target: float) -> tuple[int, float] | None:
-    """First round whose global accuracy >= target, and the wall seconds from round 1's
-    start to that round's end (measured, :func:`round_clock`). None: not reached, or the
-    run has no clock for that round (results recorded before the clock was)."""
-    rnd = reach(r, target)[0]
+    rnd = first_round(r["global_acc"], target)
     if rnd is None:
-        return None
-    if rnd == 0:
-        return 0, 0.0
-    end = (r.get("round_clock") or {}).get(str(rnd), {}).get("end_s")
-    return None if end is None else (rnd, float(end))
-
-
-def round_seconds(r: Result) -> dict[int, float]:
-    """Per round, the wall seconds from its models being sent to its replies aggregated
-    (``end_s - start_s``; rounds missing either event are left out)."""
-    out = {}
-    for k, c in (r.get("round_clock") or {}).items():
-        if "start_s" in c and "end_s" in c:
-            out[int(k)] = c["end_s"] - c["start_s"]
-    return out
-
-
-def cycle_seconds(r: Result) -> float | None:
-    """Wall seconds per round over the whole run: the last round's end / rounds (each
-    round's training, the evaluation after it and the wait for the next round)."""
-    end = (r.get("round_clock") or {}).get(str(r["rounds"]), {}).get("end_s")
-    return None if end is None else float(end) / r["rounds"]
-
-
-def link_of(results: list[Result]) -> str:
-    """The edge-cloud link the results share, e.g. ``1 Mbit/s, 30 ms``.
-
-    Raises
-    ------
-    ValueError
-        The results come from different edge links (one JSON per link).
-    """
-    links = {(r.get("edge_mbps"), r.get("edge_latency_ms")) for r in results}
-    if len(links) > 1:
-        raise ValueError(f"results from several edge links {sorted(links, key=str)}: "
-                         "keep one JSON per link")  # fmt: skip
-    mbps, lat = links.pop() if links else (None, None)
-    if mbps is None and lat is None:
-        return "the experiment's (not recorded)"
-    return f"{'unlimited' if mbps is None else f'{mbps:g} Mbit/s'}, {lat:g} ms"
+        return None, None, None
+    pay = r.get("payload_up_by_round", {})
+    sent = sum(v for k, v in pay.items() if int(k) <= rnd) / 1e6 if pay else None
+    return rnd, sent, r["bytes_up"] * rnd / r["rounds"] / 1e6
 
 
 def ms(vals: list[float], fmt: str = ".2f") -> str:
@@ -319,7 +255,9 @@ def _time_row(key: str, rs: list[Result], target: float) -> str:
     pay = [p for r in rs if (p := reach(r, target)[1]) is not None]
     cyc = [c for r in rs if (c := cycle_seconds(r)) is not None]
     med = [statistics.median(d.values()) for r in rs if (d := round_seconds(r))]
+    clear = [c for r in rs if (c := time_to_clear(r, target)) is not None]
     return (f"| {key} | {ms(secs, '.1f')} ({len(secs)}/{len(rs)}) | {each} | "
+            f"{ms(clear, '.1f')} | "
             f"{ms([float(h[0]) for h in hits.values() if h is not None], '.1f')} | "
             f"{ms(cyc, '.1f')} | {ms(med, '.1f')} | {ms(pay)} |")  # fmt: skip
 
@@ -329,9 +267,10 @@ def timing(results: list[Result], target: float) -> str:
     events), beside rounds, seconds per round and uplink payload to ``target``."""
     lines = [f"edge-cloud link: {link_of(results)}", "",
              f"| config | wall s to {target} (seeds with a clock) | per seed: s (round) | "
-             f"rounds to {target} | wall s per round (whole run) | "
-             f"train phase s per round (median of rounds) | uplink payload MB to {target} |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+             f"wall s to {target} less rounds with a failed silo | rounds to {target} | "
+             "wall s per round (whole run) | train phase s per round (median of rounds) | "
+             f"uplink payload MB to {target} |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     lines += [_time_row(k, rs, target) for k, rs in groups(results).items()]
     return "\n".join(lines)
 

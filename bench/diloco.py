@@ -10,7 +10,13 @@ seed through the runner, and records per run:
 - uplink wire bytes of the whole run (measured by the silos' shaping proxies: updates,
   Flower framing, polling, the final evaluation), read once at the end;
 - every silo that did not complete a round (the outage, or a healthy silo that missed
-  the round's deadline under load).
+  the round's deadline under load);
+- the wall clock of every round (measured: the server's ``round_start`` and ``round_end``
+  events and the time its ``global_acc`` was recorded, in seconds after round 1 started),
+  from which the report gives the wall time to ``--target`` and per round.
+
+``--edge-mbps`` / ``--edge-latency-ms`` override the edge-cloud link of the experiment
+(20 Mbit/s, 30 ms); the fog-cloud link (100 Mbit/s, 10 ms) is left as it is.
 
 The report gives mean +- sample std over seeds: per round, and for the round and the
 uplink MB at which the global accuracy first reaches ``--target``: payload MB measured
@@ -18,6 +24,7 @@ per round, wire MB an ESTIMATE (the run's wire total x round / rounds).
 
     python bench/diloco.py --seeds 1 2 3 --json runs/diloco.json
     python bench/diloco.py --configs diloco:4:0.3 diloco:4:1.0 --seeds 1 2 3
+    python bench/diloco.py --edge-mbps 1 --seeds 1 --json runs/diloco_slow.json
     python bench/diloco.py --report --json runs/diloco.json
 """
 
@@ -36,14 +43,25 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.diloco_clock import (  # noqa: E402
+    cycle_seconds,
+    first_round,
+    link_of,
+    round_clock,
+    round_seconds,
+    time_to,
+    time_to_clear,
+)
 from testbed.runner import run_experiment  # noqa: E402
 from testbed.spec.loader import load_spec  # noqa: E402
+from testbed.spec.models import Experiment  # noqa: E402
 from testbed.store import RunStore  # noqa: E402
 
 CONFIGS = ["fedavg:1", "fedavg:4", "diloco:4"]
 DEFAULT_OUTER_LR = 0.7  # DiLoCo's server_learning_rate default (nodes/fl/paper_strategies.py)
+EDGE_LINK = "links.defaults.edge-cloud"  # the edge silos' link in experiments/diloco.yaml
 
-Result = dict[str, Any]
+Result = dict[str, Any]  # one run (the same shape as bench.diloco_clock.Result)
 
 
 def parse_config(cfg: str) -> tuple[str, int, float | None]:
@@ -88,18 +106,37 @@ def _collect(store: RunStore, run_id: str) -> Result:
     return {"global_acc": {str(r): v for r, v in sorted(acc.items())},
             "payload_up_by_round": {str(r): v for r, v in sorted(payload.items())},
             "bytes_up": sum(m.value or 0.0 for m in rows if m.name == "link_bytes_up"),
-            "not_completed": sorted(missed)}  # fmt: skip
+            "not_completed": sorted(missed),
+            "round_clock": round_clock(store.events(run_id), rows)}  # fmt: skip
 
 
-def one(strategy: str, epochs: int, seed: int, outer_lr: float | None) -> Result:
-    """Run one configuration with one seed; the store lives in a temporary folder."""
+Edge = tuple[float | None, float | None]  # edge-cloud (Mbit/s, ms); None: the spec's
+
+
+def spec_for(strategy: str, epochs: int, seed: int, outer_lr: float | None,
+             edge: Edge = (None, None)) -> Experiment:  # fmt: skip
+    """experiments/diloco.yaml for one configuration and seed, its sweep grid dropped.
+
+    ``edge`` = (bandwidth Mbit/s, latency ms) of the edge-cloud link; None keeps the
+    experiment's value.
+    """
     sets: list[tuple[str, Any]] = [
         ("workload.fl.strategy.name", strategy), ("workload.fl.local_epochs", epochs),
         ("seed", seed)]  # fmt: skip
     if strategy == "diloco" and outer_lr is not None:
         sets.append(("workload.fl.strategy.params.server_learning_rate", outer_lr))
+    for field, value in zip(("bandwidth_mbps", "latency_ms"), edge, strict=True):
+        if value is not None:
+            sets.append((f"{EDGE_LINK}.{field}", value))
     exp = load_spec(ROOT / "experiments" / "diloco.yaml", sets)
-    exp = exp.model_copy(update={"sweep": exp.sweep.model_copy(update={"grid": {}})})
+    return exp.model_copy(update={"sweep": exp.sweep.model_copy(update={"grid": {}})})
+
+
+def one(strategy: str, epochs: int, seed: int, outer_lr: float | None,
+        edge: Edge = (None, None)) -> Result:  # fmt: skip
+    """Run one configuration with one seed; the store lives in a temporary folder."""
+    exp = spec_for(strategy, epochs, seed, outer_lr, edge)
+    link = exp.links.defaults["edge-cloud"]
     load0, t0 = os.getloadavg()[0], time.time()
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore(Path(tmp) / "runs")
@@ -108,6 +145,7 @@ def one(strategy: str, epochs: int, seed: int, outer_lr: float | None) -> Result
         store.close()
     return {"strategy": strategy, "local_epochs": epochs, "outer_lr": outer_lr, "seed": seed,
             "status": res.status, **got, "rounds": exp.workload.fl.rounds if exp.workload.fl else 0,
+            "edge_mbps": link.bandwidth_mbps, "edge_latency_ms": link.latency_ms,
             "wall_s": round(time.time() - t0, 1),
             "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime(t0)),
             "load_1min": [round(load0, 2), round(os.getloadavg()[0], 2)]}  # fmt: skip
@@ -117,12 +155,12 @@ def reach(r: Result, target: float) -> tuple[int | None, float | None, float | N
     """First round whose global accuracy >= target, the uplink payload MB up to and
     including it (measured per round), and the wire MB by then (estimate: the wire total
     spread evenly over the rounds)."""
-    for rnd, acc in sorted((int(k), v) for k, v in r["global_acc"].items()):
-        if acc is not None and acc >= target:
-            pay = r.get("payload_up_by_round", {})
-            sent = sum(v for k, v in pay.items() if int(k) <= rnd) / 1e6 if pay else None
-            return rnd, sent, r["bytes_up"] * rnd / r["rounds"] / 1e6
-    return None, None, None
+    rnd = first_round(r["global_acc"], target)
+    if rnd is None:
+        return None, None, None
+    pay = r.get("payload_up_by_round", {})
+    sent = sum(v for k, v in pay.items() if int(k) <= rnd) / 1e6 if pay else None
+    return rnd, sent, r["bytes_up"] * rnd / r["rounds"] / 1e6
 
 
 def ms(vals: list[float], fmt: str = ".2f") -> str:
@@ -209,10 +247,51 @@ def paired(results: list[Result], base: str = "fedavg:4") -> str:
     return "\n".join(lines)
 
 
+def _time_row(key: str, rs: list[Result], target: float) -> str:
+    hits = {r["seed"]: time_to(r, target) for r in rs}
+    secs = [h[1] for h in hits.values() if h is not None]
+    each = ", ".join(f"s{s}: {'-' if h is None else f'{h[1]:.1f} (r{h[0]})'}"
+                     for s, h in sorted(hits.items()))  # fmt: skip
+    pay = [p for r in rs if (p := reach(r, target)[1]) is not None]
+    cyc = [c for r in rs if (c := cycle_seconds(r)) is not None]
+    med = [statistics.median(d.values()) for r in rs if (d := round_seconds(r))]
+    clear = [c for r in rs if (c := time_to_clear(r, target)) is not None]
+    return (f"| {key} | {ms(secs, '.1f')} ({len(secs)}/{len(rs)}) | {each} | "
+            f"{ms(clear, '.1f')} | "
+            f"{ms([float(h[0]) for h in hits.values() if h is not None], '.1f')} | "
+            f"{ms(cyc, '.1f')} | {ms(med, '.1f')} | {ms(pay)} |")  # fmt: skip
+
+
+def timing(results: list[Result], target: float) -> str:
+    """Wall time to ``target`` per configuration (measured from the run store's round
+    events), beside rounds, seconds per round and uplink payload to ``target``."""
+    lines = [f"edge-cloud link: {link_of(results)}", "",
+             f"| config | wall s to {target} (seeds with a clock) | per seed: s (round) | "
+             f"wall s to {target} less rounds with a failed silo | rounds to {target} | "
+             "wall s per round (whole run) | train phase s per round (median of rounds) | "
+             f"uplink payload MB to {target} |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [_time_row(k, rs, target) for k, rs in groups(results).items()]
+    return "\n".join(lines)
+
+
+def per_round_clock(results: list[Result]) -> str:
+    """Per round, the wall seconds from its start to its end (mean +- std over seeds)."""
+    gs = groups(results)
+    rounds = sorted({k for rs in gs.values() for r in rs for k in round_seconds(r)})
+    lines = ["| round | " + " | ".join(gs) + " |", "|---|" + "---|" * len(gs)]
+    for rnd in rounds:
+        cells = [ms([d[rnd] for r in rs if rnd in (d := round_seconds(r))], ".1f")
+                 for rs in gs.values()]  # fmt: skip
+        lines.append(f"| {rnd} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def report(results: list[Result], target: float) -> str:
     runs = ", ".join(f"{key_of(r)} s{r['seed']}: {r.get('wall_s', '?')} s, load "
                      f"{r['load_1min']}" for r in results)  # fmt: skip
-    return "\n\n".join([summary(results, target), per_round(results), paired(results),
+    return "\n\n".join([summary(results, target), timing(results, target),
+                        per_round_clock(results), per_round(results), paired(results),
                         misses(results), f"runs: {runs}"])  # fmt: skip
 
 
@@ -224,6 +303,10 @@ def main() -> int:
     ap.add_argument("--target", type=float, default=0.85)
     ap.add_argument("--json", type=Path, default=Path("runs/diloco.json"))
     ap.add_argument("--report", action="store_true")
+    ap.add_argument("--edge-mbps", type=float, default=None,
+                    help="edge-cloud link bandwidth, Mbit/s (default: the experiment's, 20)")
+    ap.add_argument("--edge-latency-ms", type=float, default=None,
+                    help="edge-cloud link latency, ms (default: the experiment's, 30)")
     args = ap.parse_args()
     try:
         configs = [parse_config(c) for c in args.configs]
@@ -232,13 +315,17 @@ def main() -> int:
         return 2
     results = json.loads(args.json.read_text()) if args.json.exists() else []
     if args.report:
-        print(report(results, args.target))
+        try:
+            print(report(results, args.target))
+        except ValueError as e:
+            print(e, file=sys.stderr)
+            return 2
         return 0
     for seed in args.seeds:
         for strat, ep, lr in configs:
-            r = one(strat, ep, seed, lr)
-            shown = ("strategy", "local_epochs", "outer_lr", "seed", "status", "bytes_up",
-                     "wall_s", "load_1min", "not_completed")  # fmt: skip
+            r = one(strat, ep, seed, lr, (args.edge_mbps, args.edge_latency_ms))
+            shown = ("strategy", "local_epochs", "outer_lr", "seed", "status", "edge_mbps",
+                     "bytes_up", "wall_s", "load_1min", "not_completed")  # fmt: skip
             print(json.dumps({k: r[k] for k in shown}), flush=True)
             results.append(r)
             args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -37,6 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -205,16 +206,25 @@ def summary(results: list[Result], target: float) -> str:
     return "\n".join(lines)
 
 
-def per_round(results: list[Result]) -> str:
-    """Global accuracy per round (round 0 = initial model), mean +- std over seeds."""
+def _round_table(results: list[Result], values: Callable[[Result], dict[int, float]],
+                 fmt: str = ".2f") -> str:  # fmt: skip
+    """Per round, per configuration: mean +- std over seeds of ``values(run)[round]``."""
     gs = groups(results)
-    rounds = sorted({int(k) for rs in gs.values() for r in rs for k in r["global_acc"]})
+    per_run = {id(r): values(r) for rs in gs.values() for r in rs}
+    rounds = sorted({k for d in per_run.values() for k in d})
     lines = ["| round | " + " | ".join(gs) + " |", "|---|" + "---|" * len(gs)]
     for rnd in rounds:
-        cells = [ms([v for r in rs if (v := r["global_acc"].get(str(rnd))) is not None])
+        cells = [ms([d[rnd] for r in rs if rnd in (d := per_run[id(r)])], fmt)
                  for rs in gs.values()]  # fmt: skip
         lines.append(f"| {rnd} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def per_round(results: list[Result]) -> str:
+    """Global accuracy per round (round 0 = initial model), mean +- std over seeds."""
+    return _round_table(
+        results, lambda r: {int(k): v for k, v in r["global_acc"].items() if v is not None}
+    )
 
 
 def misses(results: list[Result]) -> str:
@@ -277,14 +287,7 @@ def timing(results: list[Result], target: float) -> str:
 
 def per_round_clock(results: list[Result]) -> str:
     """Per round, the wall seconds from its start to its end (mean +- std over seeds)."""
-    gs = groups(results)
-    rounds = sorted({k for rs in gs.values() for r in rs for k in round_seconds(r)})
-    lines = ["| round | " + " | ".join(gs) + " |", "|---|" + "---|" * len(gs)]
-    for rnd in rounds:
-        cells = [ms([d[rnd] for r in rs if rnd in (d := round_seconds(r))], ".1f")
-                 for rs in gs.values()]  # fmt: skip
-        lines.append(f"| {rnd} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return _round_table(results, round_seconds, ".1f")
 
 
 def report(results: list[Result], target: float) -> str:

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from testbed.backends.simulation import SimulationBackend  # noqa: E402
 from testbed.planner import make_plan  # noqa: E402
 from testbed.runner import run_experiment  # noqa: E402
-from testbed.simulation.calibration import replayed_rounds  # noqa: E402
+from testbed.simulation.calibration import replay  # noqa: E402
 from testbed.simulation.clock import protocol_delay_s, startup_s  # noqa: E402
 from testbed.spec.loader import parse_spec  # noqa: E402
 from testbed.store import RunStore  # noqa: E402
@@ -186,10 +186,9 @@ def bare(text: str, work: Path) -> dict[str, Any]:
     return {"wall_s": time.time() - t0, "rounds": rounds, "round_s": statistics.median(rounds)}
 
 
-#: The calibration fleet: 3 x rpi5 + 2 x Jetson Orin Nano behind their edge links,
-#: ``jet-2`` on a link of its own, a straggler (``pi-2``, rounds 2-3); seed 11, 5 rounds;
-#: ``{timing}`` is left for ``workload.fl.protocol_timing``.
-CALIBRATION_FLEET = """\
+#: The calibration fleet: 3 x rpi5 + 2 x Jetson Orin Nano behind their edge links; seed
+#: 11 (``{name}``, the edge link's ``{mbps}`` and ``{ms}`` to fill).
+FLEET = """\
 name: {name}
 seed: 11
 fleet:
@@ -200,6 +199,14 @@ fleet:
 links:
   defaults:
     edge-cloud: {{bandwidth_mbps: {mbps}, latency_ms: {ms}}}
+"""
+
+#: The calibration specs' template: :data:`FLEET`, ``jet-2`` on a link of its own, a
+#: straggler (``pi-2``, rounds 2-3), 5 rounds; ``{timing}`` is left for
+#: ``workload.fl.protocol_timing``.
+CALIBRATION_FLEET = (
+    FLEET
+    + """\
   nodes:
     jet-2: {{bandwidth_mbps: {jet_mbps}, latency_ms: {jet_ms}}}
 workload:
@@ -211,6 +218,7 @@ workload:
 faults:
   - {{kind: straggler, node: pi-2, at_round: 2, factor: {factor}, rounds: 2}}
 """
+)
 
 #: The first calibration spec: rounds are mostly Flower's protocol (fast links, one
 #: local epoch, a light straggler).
@@ -263,18 +271,10 @@ def _per_round(store: RunStore, run_id: str, metric: str) -> dict[int, float]:
     return {int(m.round): m.value for m in store.metrics(run_id, metric) if m.round is not None}
 
 
-#: The latency sweep's spec: five clients all on one link kind (``--latency-sweep``).
-SWEEP = """\
-name: latency-sweep-{mbps}-{lat}
-seed: 11
-fleet:
-  nodes:
-    - {{id: cloud, tier: cloud}}
-    - {{id: pi, tier: edge, profile: rpi5, count: 3}}
-    - {{id: jet, tier: edge, profile: jetson-orin-nano, count: 2}}
-links:
-  defaults:
-    edge-cloud: {{bandwidth_mbps: {mbps}, latency_ms: {lat}}}
+#: The latency sweep's spec: :data:`FLEET`, all five clients on the edge link.
+SWEEP = (
+    FLEET
+    + """\
 workload:
   fl:
     rounds: 5
@@ -282,6 +282,7 @@ workload:
     round_timeout_s: 60
     protocol_timing: {timing}
 """
+)
 
 
 def latency_sweep(work: Path, timing: str, mbps: float, latencies: list[float]) -> str:
@@ -295,12 +296,13 @@ def latency_sweep(work: Path, timing: str, mbps: float, latencies: list[float]) 
         "|---|---|---|---|---|---|",
     ]
     for lat in latencies:
-        exp = parse_spec(SWEEP.format(mbps=mbps, lat=lat, timing=timing))
+        name = f"latency-sweep-{mbps}-{lat}"
+        exp = parse_spec(SWEEP.format(name=name, mbps=mbps, ms=lat, timing=timing))
         r = run_experiment(exp, store, spec_path="sweep", backend="local")
         assert r.status == "completed", r.summary
         m = _per_round(store, r.run_id, "round_duration_s")
-        link = replayed_rounds(store, r.run_id, exp, protocol=False)
-        full = replayed_rounds(store, r.run_id, exp)
+        rep = replay(store, r.run_id, exp)
+        link, full = rep.link_s, rep.full_s
         steady = [k for k in m if k > 1]
         const = statistics.median(m[k] - full[k] for k in steady)
         rows.append(
@@ -322,7 +324,7 @@ def calibration(
     """The same spec on local and simulation, same seed: a markdown table per round.
 
     Beside the virtual rounds, the clock replayed on the local run's own measurements
-    (:func:`testbed.simulation.calibration.replayed_rounds`): device + link only, and
+    (:func:`testbed.simulation.calibration.replay`): device + link only, and
     with the protocol-on-the-link terms but without the constant ones; the measured
     round less the latter is what ``protocol_delay_s`` (``+ startup_s`` in round 1)
     stand for.
@@ -344,8 +346,7 @@ def calibration(
     sims = [v for v in variants if v != "local"]
     local = res["local"].run_id
     measured = _per_round(store, local, "round_duration_s")
-    link_only = replayed_rounds(store, local, parse_spec(text), protocol=False)
-    replay = replayed_rounds(store, local, parse_spec(text))
+    rep = replay(store, local, parse_spec(text))
     virtual = {v: _per_round(store, res[v].run_id, "virtual_round_s") for v in sims}
     rows = [
         f"spec {spec}, protocol_timing {timing}: protocol_delay_s "
@@ -362,8 +363,8 @@ def calibration(
         for v in sims:
             x = virtual[v].get(r, nan)
             cells.append(f" {x:.2f} | {100 * (x - m) / m:+.1f} |")
-        full = replay.get(r, nan)
-        cells.append(f" {link_only.get(r, nan):.2f} | {full:.2f} | {m - full:.2f} |")
+        full = rep.full_s.get(r, nan)
+        cells.append(f" {rep.link_s.get(r, nan):.2f} | {full:.2f} | {m - full:.2f} |")
         rows.append("".join(cells))
     acc = ", ".join(f"{v} {res[v].summary.get('final_global_acc'):.4f}" for v in variants)
     rows.append(f"\nfinal global accuracy: {acc}")

@@ -10,6 +10,7 @@ and dashboard work unchanged. See docs/simulation.md.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -58,13 +59,11 @@ def check_experiment(exp: Experiment) -> None:
             raise ValueError(f"simulation.availability.path: {e}") from None
 
 
-def protocol_terms(
-    timing: str, sim: SimulationSpec, fleet_size: int = 1
-) -> dict[str, float | int | None]:
+def protocol_terms(timing: str, sim: SimulationSpec, fleet_size: int = 1) -> dict[str, Any]:
     """The clock's protocol terms for ``workload.fl.protocol_timing`` ``timing`` and
     ``fleet_size`` clients (the poll period grows with the fleet as the real one's):
     ``protocol_delay_s``, ``startup_s``, ``poll_period_s`` (None: no poll grid) and
-    the protocol-on-the-link terms (:mod:`testbed.simulation.protocol`).
+    ``protocol``, the protocol-on-the-link terms (``ProtocolModel``'s fields).
 
     With ``simulation.poll_grid`` the grid plays the two polls' waits, so the default
     delay is the measured one less their expected sum (half a period each: a pull
@@ -78,10 +77,7 @@ def protocol_terms(
         "protocol_delay_s": delay,
         "startup_s": startup_s(timing, sim.startup_s),
         "poll_period_s": period,
-        "latency_legs": sim.latency_legs,
-        "startup_latency_legs": sim.startup_latency_legs,
-        "window_bytes": sim.flow_window_bytes,
-        "server_reply_s": sim.server_reply_s,
+        "protocol": dataclasses.asdict(sim.protocol_model()),
     }
 
 

@@ -16,6 +16,7 @@ virtual rounds, and the constants' defaults are read off local runs this way
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 from testbed.backends.simulation import client_model
 from testbed.planner import make_plan
@@ -36,42 +37,50 @@ def per_node(store: RunStore, run_id: str, metric: str) -> dict[tuple[int, str],
     }
 
 
-def replayed_rounds(
-    store: RunStore, run_id: str, exp: Experiment, protocol: bool = True
-) -> dict[int, float]:
-    """Per round of a local run of ``exp``: the clock's round on the run's measurements.
+@dataclass(frozen=True)
+class Replay:
+    """The clock's rounds on a local run's measurements (round -> seconds).
+
+    Attributes
+    ----------
+    link_s : dict of int to float
+        Device + link only: the slowest client's exchange.
+    full_s : dict of int to float
+        With the protocol-on-the-link terms, the round ending when the ServerApp has
+        handled every reply; the constant terms (``protocol_delay_s``, ``startup_s``)
+        left out.
+    """
+
+    link_s: dict[int, float]
+    full_s: dict[int, float]
+
+
+def replay(store: RunStore, run_id: str, exp: Experiment) -> Replay:
+    """The clock replayed on a local run of ``exp``, per round.
 
     Per client: its exchange on :class:`VirtualClock` (the node's link from the plan, no
-    faults, no jitter draw beyond the spec's own) with its measured ``device_time_s`` as
-    the device time and the payload bytes it received and sent; the constant terms
-    (``protocol_delay_s``, ``startup_s``) are 0. ``protocol``: with the spec's
-    protocol-on-the-link terms (``exp.simulation`` or their defaults), the round ending
-    when the ServerApp has handled every reply; else device + link only, the slowest
-    client's.
-
-    Returns
-    -------
-    dict of int to float
-        Round -> seconds; rounds without a ``device_time_s`` row are absent.
+    faults) with its measured ``device_time_s`` as the device time and the payload bytes
+    it received and sent, once without and once with the spec's protocol-on-the-link
+    terms (``exp.simulation`` or their defaults). Rounds without a ``device_time_s`` row
+    are absent.
     """
     plan = make_plan(exp)
     models = {n.name: ClientModel(**client_model(n)) for n in plan.clients}
     pids = {n.name: n.partition_id or 0 for n in plan.clients}
-    sim = exp.simulation or SimulationSpec()
-    clock = VirtualClock(models, deadline_s=float("inf"), seed=plan.seed)
-    if protocol:
-        clock.latency_legs = sim.latency_legs
-        clock.startup_latency_legs = sim.startup_latency_legs
-        clock.window_bytes = sim.flow_window_bytes
+    protocol = (exp.simulation or SimulationSpec()).protocol_model()
+    bare = VirtualClock(models, deadline_s=float("inf"), seed=plan.seed)
+    full = VirtualClock(models, deadline_s=float("inf"), seed=plan.seed, protocol=protocol)
     down = per_node(store, run_id, "bytes_received")
     up = per_node(store, run_id, "bytes_sent")
+    link: dict[int, list[float]] = defaultdict(list)
     arrivals: dict[int, list[float]] = defaultdict(list)
     for (rnd, node), device_s in sorted(per_node(store, run_id, "device_time_s").items()):
-        compute_s = device_s / clock.model(node).stretch  # the clock stretches it back
-        nbytes = int(down.get((rnd, node), 0)), int(up.get((rnd, node), 0))
-        ex = clock.exchange(node, pids.get(node, 0), rnd, 0.0, compute_s, *nbytes)
-        arrivals[rnd].append(ex.seconds)
-    reply_s = sim.server_reply_s if protocol else 0.0
-    return {
-        rnd: server_queue_end(ts, reply_s) if protocol else max(ts) for rnd, ts in arrivals.items()
-    }
+        compute_s = device_s / bare.model(node).stretch  # the clock stretches it back
+        args = (node, pids.get(node, 0), rnd, 0.0, compute_s, int(down.get((rnd, node), 0)),
+                int(up.get((rnd, node), 0)))  # fmt: skip
+        link[rnd].append(bare.exchange(*args).seconds)
+        arrivals[rnd].append(full.exchange(*args).seconds)
+    return Replay(
+        {rnd: max(ts) for rnd, ts in link.items()},
+        {rnd: server_queue_end(ts, protocol.server_reply_s) for rnd, ts in arrivals.items()},
+    )

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from testbed.emulation.link import LinkParams
-from testbed.simulation.protocol import latency_s, window_stall_s
+from testbed.simulation.protocol import ProtocolModel
 from testbed.simulation.timeline import LinkTimeline, advance_compute
 
 if TYPE_CHECKING:
@@ -171,13 +171,10 @@ class VirtualClock:
         The availability trace.
     polls : PollGrid or None
         Flower's poll grids on virtual time (``simulation.poll_grid``), else None.
-    latency_legs, startup_latency_legs : float
-        One-way link latencies added to every exchange / to a client's first one
-        (0 here; runs take :mod:`testbed.simulation.protocol`'s).
-    window_bytes : int or None
-        Flow-control window of the payload transfers (None here: no window waits).
-    server_reply_s : float
-        The ServerApp's work per reply (0 here; the grid queues the replies).
+    protocol : ProtocolModel
+        The protocol-on-the-link terms (off here; runs take the spec's,
+        :mod:`testbed.simulation.protocol`); the grid queues the replies with its
+        ``server_reply_s``.
     """
 
     clients: Mapping[str, ClientModel]
@@ -188,10 +185,7 @@ class VirtualClock:
     availability: Availability | None = None
     startup_s: float = 0.0
     polls: PollGrid | None = None
-    latency_legs: float = 0.0
-    startup_latency_legs: float = 0.0
-    window_bytes: int | None = None
-    server_reply_s: float = 0.0
+    protocol: ProtocolModel = field(default_factory=ProtocolModel)
     _links: dict[str, LinkTimeline] = field(default_factory=dict)
     _started: set[str] = field(default_factory=set)  # clients past their first exchange
 
@@ -233,14 +227,13 @@ class VirtualClock:
         rng = np.random.default_rng([self.seed, rnd, pid])
         link = self.link(name)
         t = start + (self.polls.pickup_wait(pid, start) if self.polls else 0.0)
-        down_params = link.at(t)
-        lat = latency_s(down_params)
-        t = link.transfer(t, down, rng) + window_stall_s(down, down_params, self.window_bytes)
+        pm, at_start = self.protocol, link.at(t)
+        t = link.transfer(t, down, rng) + pm.stall_s(down, at_start)
         work = compute_s * c.stretch * (fs.slowdown(rnd) if fs else 1.0)
         t = advance_compute(fs.frozen, t, work) if fs else t + work
-        up_params = link.at(t)
-        t = link.transfer(t, up, rng) + window_stall_s(up, up_params, self.window_bytes)
-        t += self.protocol_delay_s + self.latency_legs * lat + self._startup(name, lat)
+        t = link.transfer(t, up, rng) + pm.stall_s(up, link.at(t))
+        lat = at_start.latency_ms / 1000.0
+        t += self.protocol_delay_s + pm.latency_legs * lat + self._startup(name, lat)
         if self.polls:
             self.polls.pushed(pid, t)
         lost = self.down_reason(name, start, min(t, start + 10 * self.deadline_s))
@@ -252,7 +245,7 @@ class VirtualClock:
         if name in self._started:
             return 0.0
         self._started.add(name)
-        return self.startup_s + self.startup_latency_legs * latency
+        return self.startup_s + self.protocol.startup_latency_legs * latency
 
     def down_reason(self, name: str, a: float, b: float) -> str | None:
         """Why client ``name`` is down somewhere in virtual ``[a, b]`` (None: up)."""

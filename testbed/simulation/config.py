@@ -35,6 +35,7 @@ from testbed.simulation.protocol import (
     LATENCY_LEGS,
     SERVER_REPLY_S,
     STARTUP_LATENCY_LEGS,
+    ProtocolModel,
 )
 
 
@@ -96,3 +97,10 @@ class SimulationSpec(Frozen):
         "wait inside protocol_delay_s",
     )
     availability: AvailabilitySpec | None = None
+
+    def protocol_model(self) -> ProtocolModel:
+        """The clock's protocol-on-the-link terms of this spec."""
+        return ProtocolModel(
+            self.latency_legs, self.startup_latency_legs, self.flow_window_bytes,
+            self.server_reply_s,
+        )  # fmt: skip

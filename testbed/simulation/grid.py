@@ -154,11 +154,10 @@ class ClockedGrid:
             else:
                 late = True
         # the ServerApp handles the kept replies one at a time, in arrival order
-        slowest = min(server_queue_end(arrivals, self.clock.server_reply_s), self.clock.deadline_s)
-        if late:
-            slowest = self.clock.deadline_s
-        elif self.clock.polls is not None:  # the ServerApp sees the last reply at a poll
-            slowest = min(self.clock.polls.round_end(slowest), self.clock.deadline_s)
+        end = server_queue_end(arrivals, self.clock.protocol.server_reply_s)
+        if self.clock.polls is not None:  # ... having seen the last one at a poll
+            end = self.clock.polls.round_end(end)
+        slowest = self.clock.deadline_s if late else min(end, self.clock.deadline_s)
         self.elapsed_s += slowest
         self.ended = rnd
         self.tel.metric("virtual_round_s", slowest, rnd)

@@ -3,10 +3,10 @@
 A MODEL (labelled ``modelled``), of what a real fleet's round spends beyond the
 client's compute and its two payload transfers, which :mod:`testbed.simulation.timeline`
 counts (one latency each way + bytes over the rate). Measured on the local fleet
-(docs/results/calibration.md, "Protocol on the link"): a round's protocol time grows
+(docs/results/calibration.md, "What changed on 2026-11-27"): a round's protocol time grows
 with the link's latency by ~14.7 one-way latencies per exchange at 20 Mbit/s, so a
-constant term cannot follow a 150 ms link. Three parts, each named in the spec
-(``simulation.*``):
+constant term cannot follow a 150 ms link. Four parts, each named in the spec
+(``simulation.*``) and carried together as a :class:`ProtocolModel`:
 
 ``latency_legs`` (7)
     One-way latencies on an exchange's critical path beyond the link model's two,
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from testbed.emulation.link import LinkParams
 
@@ -50,26 +51,21 @@ FLOW_WINDOW_BYTES = 65_535
 SERVER_REPLY_S = 0.05
 
 
-def latency_s(params: LinkParams) -> float:
-    """The link's one-way latency, seconds (jitter is drawn by the payload transfers)."""
-    return params.latency_ms / 1000.0
-
-
 def window_stall_s(nbytes: int, params: LinkParams, window_bytes: int | None) -> float:
     """Time a transfer of ``nbytes`` waits for flow-control window updates, seconds.
 
-    ``(ceil(nbytes / W) - 1) * max(0, 2 * latency - W / rate)``, the rate the goodput
-    (``bandwidth_mbps`` less loss; unlimited: ``W / rate`` = 0); 0 without a window
-    (``None``) or for a payload within one window.
+    ``(ceil(nbytes / W) - 1) * max(0, rtt - W / rate)``, the rate the goodput
+    (bandwidth less loss; unlimited: ``W / rate`` = 0); 0 without a window (``None``) or
+    for a payload within one window.
     """
     if window_bytes is None or nbytes <= window_bytes:
         return 0.0
+    rate = params.rate_bytes_per_s
     send_s = 0.0
-    if params.bandwidth_mbps is not None:
-        rate = params.bandwidth_mbps * 1e6 / 8.0 * (1.0 - params.loss_pct / 100.0)
-        send_s = window_bytes / rate if rate > 0 else math.inf
-    per_window = max(0.0, 2.0 * latency_s(params) - send_s)
-    return (math.ceil(nbytes / window_bytes) - 1) * per_window
+    if rate is not None:
+        goodput = rate * (1.0 - params.loss_pct / 100.0)
+        send_s = window_bytes / goodput if goodput > 0 else math.inf
+    return (math.ceil(nbytes / window_bytes) - 1) * max(0.0, params.rtt_s - send_s)
 
 
 def server_queue_end(arrivals: Iterable[float], reply_s: float) -> float:
@@ -88,3 +84,29 @@ def server_queue_end(arrivals: Iterable[float], reply_s: float) -> float:
     for t in sorted(arrivals):
         done = max(done, t) + reply_s
     return done
+
+
+@dataclass(frozen=True)
+class ProtocolModel:
+    """The protocol-on-the-link terms of a run (all 0 / None: off, the clock's default;
+    a run takes ``SimulationSpec.protocol_model()``, the spec's values or the defaults
+    above).
+
+    Attributes
+    ----------
+    latency_legs, startup_latency_legs : float
+        One-way link latencies added to every exchange / to a client's first one.
+    window_bytes : int or None
+        Flow-control window of the payload transfers (None: no window waits).
+    server_reply_s : float
+        The ServerApp's work per reply, seconds.
+    """
+
+    latency_legs: float = 0.0
+    startup_latency_legs: float = 0.0
+    window_bytes: int | None = None
+    server_reply_s: float = 0.0
+
+    def stall_s(self, nbytes: int, params: LinkParams) -> float:
+        """:func:`window_stall_s` with this model's window."""
+        return window_stall_s(nbytes, params, self.window_bytes)

@@ -25,6 +25,7 @@ from nodes.fl.telemetry import Telemetry
 from testbed.simulation.clock import ClientModel, VirtualClock
 from testbed.simulation.grid import ClockedGrid
 from testbed.simulation.polls import PollGrid
+from testbed.simulation.protocol import ProtocolModel
 
 APP_DIR = Path(__file__).resolve().parents[2] / "nodes" / "fl" / "app"
 
@@ -80,10 +81,7 @@ def clock_of(settings: dict[str, Any], tel: Telemetry) -> VirtualClock:
         avail,
         startup_s=float(c.get("startup_s", 0.0)),
         polls=PollGrid(float(period), int(c["seed"])) if period else None,
-        latency_legs=float(c.get("latency_legs", 0.0)),
-        startup_latency_legs=float(c.get("startup_latency_legs", 0.0)),
-        window_bytes=int(c["window_bytes"]) if c.get("window_bytes") else None,
-        server_reply_s=float(c.get("server_reply_s", 0.0)),
+        protocol=ProtocolModel(**c.get("protocol", {})),
     )
 
 

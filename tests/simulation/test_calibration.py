@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.simulation.calibration import replayed_rounds
+from testbed.simulation.calibration import replay
 from testbed.spec.loader import parse_spec
 from testbed.store import RunStore
 
@@ -46,7 +46,8 @@ def test_slowest_client_link_plus_measured_device_time(tmp_path: Path) -> None:
                 _metric("bytes_sent", rnd, node, nbytes),
             ]
     store.ingest("r", rows)
-    out = replayed_rounds(store, "r", parse_spec(SPEC), protocol=False)
+    rep = replay(store, "r", parse_spec(SPEC))
+    out = rep.link_s
     # round 1: pi-1 (straggling) 0.5 + 0.04 + 2.0 + 0.5 + 0.04 beats pi-2's 2.36
     assert out[1] == pytest.approx(3.08, abs=TOL_S)
     # round 2: pi-2 behind its slower link: 1 + 0.08 + 0.3 + 1 + 0.08
@@ -54,7 +55,7 @@ def test_slowest_client_link_plus_measured_device_time(tmp_path: Path) -> None:
     # with the protocol terms (defaults: 7 legs, 4 more in round 1, 0.05 s per reply;
     # no window waits on these slow links): round 1 pi-2 3.24, pi-1 3.52; round 2
     # pi-1 1.46, pi-2 3.02; the ServerApp handles them in that order
-    full = replayed_rounds(store, "r", parse_spec(SPEC))
+    full = rep.full_s
     assert full[1] == pytest.approx(3.52 + 0.05, abs=TOL_S)
     assert full[2] == pytest.approx(3.02 + 0.05, abs=TOL_S)
 
@@ -63,4 +64,5 @@ def test_rounds_without_device_time_are_absent(tmp_path: Path) -> None:
     store = RunStore(tmp_path)
     store.create_run("r", "replay", seed=1, backend="local")
     store.ingest("r", [_metric("bytes_received", 1, "pi-1", 10.0)])
-    assert replayed_rounds(store, "r", parse_spec(SPEC)) == {}
+    rep = replay(store, "r", parse_spec(SPEC))
+    assert rep.link_s == {} and rep.full_s == {}

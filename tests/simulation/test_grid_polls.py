@@ -24,6 +24,7 @@ from nodes.fl.telemetry import Telemetry
 from testbed.simulation.clock import VirtualClock
 from testbed.simulation.grid import ClockedGrid
 from testbed.simulation.polls import PollGrid
+from testbed.simulation.protocol import ProtocolModel
 from testbed.simulation.runner import simulation_run
 
 COMPUTE_S = 0.2  # every reply's measured train-duration-s
@@ -47,7 +48,8 @@ def virtual_round_s(
     grid.set_run(run)
     grid.pull_interval = 0.01
     path = tmp_path / f"tel-{deadline_s}-{polls is not None}-{reply_s}.jsonl"
-    clock = VirtualClock({}, deadline_s, DELAY_S, polls=polls, server_reply_s=reply_s)
+    protocol = ProtocolModel(server_reply_s=reply_s)
+    clock = VirtualClock({}, deadline_s, DELAY_S, polls=polls, protocol=protocol)
     names = [f"c{p}" for p in range(len(PHASES))]
     ClockedGrid(grid, clock, names, Telemetry(str(path)), 30.0, mapping)
     stop = threading.Event()

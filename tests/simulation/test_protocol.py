@@ -11,6 +11,7 @@ from testbed.simulation.protocol import (
     FLOW_WINDOW_BYTES,
     LATENCY_LEGS,
     STARTUP_LATENCY_LEGS,
+    ProtocolModel,
     server_queue_end,
     window_stall_s,
 )
@@ -50,9 +51,7 @@ def test_the_clock_adds_latency_legs_and_window_waits_to_an_exchange() -> None:
     clock = VirtualClock(
         {"a": model},
         deadline_s=60.0,
-        latency_legs=7.0,
-        startup_latency_legs=4.0,
-        window_bytes=W,
+        protocol=ProtocolModel(latency_legs=7.0, startup_latency_legs=4.0, window_bytes=W),
         startup_s=0.5,
     )
     stall = window_stall_s(154_152, LinkParams(bandwidth_mbps=20.0, latency_ms=150.0), W)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from nodes.fl.telemetry import Telemetry
 from testbed.simulation.clock import (
     PROTOCOL_DELAY_S,
     STARTUP_S,
@@ -14,6 +15,7 @@ from testbed.simulation.clock import (
     VirtualClock,
     startup_s,
 )
+from testbed.simulation.config import SimulationSpec
 from testbed.simulation.polls import PollGrid, poll_period_s
 
 #: Relative tolerance of the clock's arithmetic (float rounding only).
@@ -65,6 +67,20 @@ def test_backend_settings_carry_startup_and_poll_grid(tmp_path: Path) -> None:
     assert c["protocol_delay_s"] == pytest.approx(PROTOCOL_DELAY_S["flower"] - 3.0)
     c = _clock_settings(tmp_path, "simulation: {poll_grid: true, protocol_delay_s: 1.5}\n")
     assert c["protocol_delay_s"] == 1.5  # an explicit delay is kept
+
+
+def test_the_simulation_process_builds_the_specs_protocol_model(tmp_path: Path) -> None:
+    from testbed.simulation.protocol import ProtocolModel
+    from testbed.simulation.runner import clock_of
+
+    def model(extra: str) -> ProtocolModel:
+        c = _clock_settings(tmp_path, extra)
+        settings = {"clock": {**c, "models": [], "model_of": []}, "names": []}
+        return clock_of(settings, Telemetry(str(tmp_path / "tel.jsonl"))).protocol
+
+    assert model("") == SimulationSpec().protocol_model() != ProtocolModel()
+    off = "simulation: {latency_legs: 0, flow_window_bytes: null, server_reply_s: 0}\n"
+    assert model(off) == ProtocolModel(startup_latency_legs=SimulationSpec().startup_latency_legs)
 
 
 def test_poll_period_is_flowers_hard_coded_wait() -> None:

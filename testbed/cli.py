@@ -13,6 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from nodes.cli import node_app
+
 if TYPE_CHECKING:
     from testbed.runner import SweepItem
     from testbed.spec.models import Experiment
@@ -22,8 +24,7 @@ app = typer.Typer(
     no_args_is_help=True,
     help="continuum-testbed: emulated edge-fog-cloud-space fleets running real FL.",
 )
-node_app = typer.Typer(no_args_is_help=True, help="Node entrypoint (used by every backend).")
-app.add_typer(node_app, name="node")
+app.add_typer(node_app, name="node")  # what runs on a node: nodes/cli.py
 console = Console()
 err_console = Console(stderr=True)
 
@@ -372,49 +373,6 @@ def compose(
         raise _fail("compose: only fl workloads run as a fleet of containers")
     to.write_text(render_compose(make_plan(exp), str(file), image))
     console.print(f"wrote {to}")
-
-
-@node_app.command("superlink")
-def node_superlink(
-    port: Annotated[int, typer.Option(help="port of all SuperLink APIs")] = 9092,
-    host: str = "127.0.0.1",
-    database: Annotated[str | None, typer.Option(help="SuperLink state file")] = None,
-) -> None:
-    """Run this node as the SuperLink (server) node."""
-    from nodes.agent import run_superlink
-
-    raise typer.Exit(run_superlink(port, host, database))
-
-
-@node_app.command("supernode")
-def node_supernode(
-    superlink: Annotated[str, typer.Option(help="SuperLink address host:port")],
-    port: Annotated[int, typer.Option(help="this SuperNode's Runtime API port")],
-    node_config: Annotated[str, typer.Option(help="node identity as JSON")],
-    cold: Annotated[bool, typer.Option(help="Flower's default cold subprocess isolation")] = False,
-    ready_file: Annotated[str | None, typer.Option(help="written once warmed up")] = None,
-    memory_mb: Annotated[int | None, typer.Option(help="memory cap of the node, MB")] = None,
-    cpus: Annotated[str | None, typer.Option(help="pin to these CPUs, e.g. 0,1")] = None,
-) -> None:
-    """Run this node as a SuperNode (client) with the warm executor."""
-    from nodes.agent import run_supernode
-
-    try:
-        cfg = json.loads(node_config)
-    except json.JSONDecodeError as e:
-        raise _fail(f"--node-config: not JSON: {e}") from None
-    cpu_list = [int(c) for c in cpus.split(",")] if cpus else None
-    raise typer.Exit(
-        run_supernode(
-            superlink,
-            port,
-            cfg,
-            warm=not cold,
-            ready_file=ready_file,
-            memory_mb=memory_mb,
-            cpus=cpu_list,
-        )
-    )
 
 
 from testbed.cli_resume import register as register_resume  # noqa: E402

@@ -1,8 +1,9 @@
 """Local backend: every node a process on 127.0.0.1 (the embedded default).
 
 The server node runs a real ``flower-superlink``; every client node runs a real
-``flower-supernode`` with the node agent's warm executor, each through the same
-``testbed node`` entrypoint the Docker image uses. Ports are chosen free at run time.
+``flower-supernode`` with the node agent's warm executor, each through the node entry
+point the Docker image uses too (:mod:`nodes.cli`: ``python -m nodes`` here,
+``testbed node`` in a container). Ports are chosen free at run time.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ class LocalBackend:
         self._beside: dict[str, list[str]] = {}  # node -> its other processes' keys
 
     def _node_cmd(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "testbed", "node", *args]
+        return [sys.executable, "-m", "nodes", *args]
 
     def start(self, timeout_s: float = 60.0) -> None:
         """Start the SuperLink, then every SuperNode; return when all listen."""

@@ -57,9 +57,9 @@ def warm_up() -> None:
     import flwr.supernode.runtime.run_clientapp  # noqa: F401
     import flwr.supernode.start_client_internal  # noqa: F401
 
+    import nodes.cli  # noqa: F401  (the node's own entry point)
     import nodes.fl.timing  # noqa: F401
     import nodes.fl.warm_executor  # noqa: F401
-    import testbed.cli  # noqa: F401  (the node's own entry point)
     from nodes.agent import _prewarm
 
     _uvicorn_implementations()

@@ -1,0 +1,5 @@
+"""``python -m nodes superlink|supernode ...`` is the node entry point (:mod:`nodes.cli`)."""
+
+from nodes.cli import main
+
+main()

@@ -9,13 +9,19 @@ validator), so a user class works without editing the testbed::
     STRATEGIES.check("mypkg.strategies:MyFedAvg")   # imports, validates, returns the name
     STRATEGIES["mypkg.strategies:MyFedAvg"]         # the class itself
 
-Built-in hooks may also be registered lazily by dotted path (:meth:`Registry.add_path`),
-so listing or checking names imports nothing heavy.
+Built-in hooks are found one way: a registry names the package that holds them
+(``builtins="testbed.faults"``) and imports every module of it the first time it is
+asked for a name; each module registers its hooks with the decorator, so a new built-in
+hook is one new file in that package, and importing the registry imports none of them.
+A hook whose module is heavy to import may instead be registered by dotted path
+(:meth:`Registry.add_path`), imported on first use, so listing or checking names
+imports nothing heavy.
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 import re
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar, cast
@@ -81,13 +87,32 @@ class Registry(Generic[T]):
         Accepts user hooks given as ``package.module:Attribute``: called with the
         imported object, returns it as a hook or raises ``ValueError`` / ``TypeError``
         saying what a hook must be. Without it, dotted paths are refused.
+    builtins : str, optional
+        The package whose modules register the built-in hooks: all of them are
+        imported the first time a name is looked up, listed or checked.
     """
 
-    def __init__(self, kind: str, validate: Callable[[object], T] | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        validate: Callable[[object], T] | None = None,
+        *,
+        builtins: str | None = None,
+    ) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
         self._paths: dict[str, str] = {}  # name -> dotted path, imported on first use
         self._validate = validate
+        self._builtins = builtins  # the package still to import (None once imported)
+
+    def _discover(self) -> None:
+        """Import every module of the built-ins' package once (they register themselves)."""
+        package, self._builtins = self._builtins, None
+        if package is None:
+            return
+        path = importlib.import_module(package).__path__
+        for module in pkgutil.iter_modules(path):
+            importlib.import_module(f"{package}.{module.name}")
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: register the hook under ``name``."""
@@ -108,6 +133,7 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         """The registered names, sorted (what error messages and the spec offer)."""
+        self._discover()
         return sorted({*self._items, *self._paths})
 
     def check(self, name: str) -> str:
@@ -133,6 +159,7 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} {path!r}: {exc}") from None
 
     def __getitem__(self, name: str) -> T:
+        self._discover()
         if name in self._items:
             return self._items[name]
         if name in self._paths:
@@ -145,6 +172,7 @@ class Registry(Generic[T]):
         return self._resolve_user(name)
 
     def __contains__(self, name: object) -> bool:
+        self._discover()
         return name in self._items or name in self._paths
 
     def __iter__(self) -> Iterator[str]:

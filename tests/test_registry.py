@@ -120,3 +120,29 @@ def test_partitioner_by_dotted_path_splits_the_data() -> None:
     assert np.max(first) < np.min(last)  # label blocks: silo 1 holds the low digits only
     with pytest.raises(ValueError, match=r"partitioner '.*NOT_A_STRATEGY': must be a callable"):
         FLSpec.model_validate({"partitioner": {"name": FORTY_TWO}})
+
+
+def test_builtins_package_is_imported_on_first_lookup_only(
+    tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A registry with ``builtins=`` finds every module of the package, lazily: building
+    the registry imports none of them; the first names()/lookup imports all, once."""
+    pkg = tmp_path / "shapes_pkg"  # type: ignore[operator]
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from nodes.registry import Registry\n"
+                                     "SHAPES = Registry('shape', builtins='shapes_pkg')\n")
+    for name, sides in (("triangle", 3), ("square", 4)):
+        (pkg / f"{name}.py").write_text(
+            f"from shapes_pkg import SHAPES\nSHAPES.register({name!r})({sides})\n"
+        )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import shapes_pkg  # type: ignore[import-not-found]
+
+    reg = shapes_pkg.SHAPES
+    assert "shapes_pkg.square" not in sys.modules  # nothing imported yet
+    assert reg.names() == ["square", "triangle"] and reg["triangle"] == 3
+    assert "shapes_pkg.square" in sys.modules
+    with pytest.raises(ValueError, match=r"unknown shape 'circle'; choose one of"):
+        reg.check("circle")
+    for name in [m for m in sys.modules if m.startswith("shapes_pkg")]:
+        del sys.modules[name]

@@ -373,9 +373,9 @@ class WorkloadSpec(Frozen):
             _validate_registered(extra)
         sections = (self.fl, self.semantic_mux, self.compress, self.functions)
         if sum(x is not None for x in sections) + len(extra) < 1:
-            from testbed.workloads import load_builtin
+            from testbed.workloads.registry import WORKLOADS
 
-            raise ValueError(f"workload needs one or more of: {', '.join(load_builtin())}")
+            raise ValueError(f"workload needs one or more of: {', '.join(WORKLOADS)}")
         return self
 
     @property
@@ -406,9 +406,9 @@ class WorkloadSpec(Frozen):
 def _validate_registered(extra: dict[str, Any]) -> None:
     """Replace every extra section by its registered workload's model (ValueError naming
     the section and the registered workloads otherwise)."""
-    from testbed.workloads import load_builtin
+    from testbed.workloads.registry import WORKLOADS
 
-    known = load_builtin()
+    known = WORKLOADS
     for key, raw in extra.items():
         if key not in known:
             raise ValueError(f"workload.{key}: unknown workload; choose one of {sorted(known)}")

@@ -1,4 +1,4 @@
-"""Workloads registered by the section of ``workload:`` they run (house rule 6).
+"""Workloads registered by the section of ``workload:`` they run (CONTRIBUTING.md, rule 6).
 
 The runner, the controller, ``testbed report`` and the dashboard decide a run's
 workload here and nowhere else: :func:`section_of` (a parsed spec),
@@ -13,13 +13,11 @@ A new workload is one class in one file::
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from nodes.registry import Registry
 from testbed.workloads.base import LibraryWorkload, Observer, Page, RunContext, Workload
+from testbed.workloads.registry import WORKLOADS, load_builtin, register_workload
 
 __all__ = [
     "WORKLOADS",
@@ -33,28 +31,8 @@ __all__ = [
     "section_of_spec",
     "sections_of_spec",
     "workload",
+    "load_builtin",
 ]
-
-WORKLOADS: Registry[type[Workload]] = Registry("workload")
-
-
-def register_workload(section: str) -> Callable[[type[Any]], type[Any]]:
-    """Class decorator: register a workload class under its ``workload:`` section."""
-
-    def deco(cls: type[Any]) -> type[Any]:
-        cls.section = section
-        WORKLOADS.register(section)(cls)
-        return cls
-
-    return deco
-
-
-def load_builtin() -> Registry[type[Workload]]:
-    """The registry with the built-in workloads imported: every module of this package
-    (each registers itself, so a new built-in workload is one new file here)."""
-    for module in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{module.name}")
-    return WORKLOADS
 
 
 def workload(section: str) -> Workload:

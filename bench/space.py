@@ -40,7 +40,7 @@ from testbed.space.orbits import Constellation, Site  # noqa: E402
 from testbed.space.schedule import SpaceModel  # noqa: E402
 from testbed.space.visibility import Window, visibility_windows  # noqa: E402
 
-ISS_TLE = "experiments/tle/iss-2014-01-20.tle"
+ISS_TLE = str(ROOT / "experiments" / "tle" / "iss-2014-01-20.tle")
 STATIONS = [
     {"name": "bluffton", "lat_deg": 40.8939, "lon_deg": -83.8917, "min_elevation_deg": 10.0},
     {"name": "perth", "lat_deg": -31.95, "lon_deg": 115.86, "alt_m": 20.0},

@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from nodes.frozen import Frozen
+from nodes.frozen import Frozen, SpecDir, SpecFile
 from radio.channel_models import CHANNEL_MODELS
 from radio.scheme_registry import BUILTIN_SCHEMES, SCHEMES
 from radio.task_registry import DIGITS_TASKS, TASK_BUILDERS
@@ -122,8 +122,8 @@ class SemanticMuxSpec(Frozen):
     # --- tasks -----------------------------------------------------------------------------
     tasks: tuple[str, ...] = DIGITS_TASKS
     num_tasks_list: tuple[int, ...] = (2, 4, 8)
-    cifar10_dir: str | None = None
-    text_csv_path: str | None = None
+    cifar10_dir: SpecDir | None = None
+    text_csv_path: SpecFile | None = None
 
     # --- semantic multiplexer ------------------------------------------------------------
     mux_channel_uses: int = Field(8, ge=1, le=4096)

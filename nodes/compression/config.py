@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from nodes.compression.cost_model import NUMERIC_FIELDS, PROFILES
-from nodes.frozen import Frozen
+from nodes.frozen import Frozen, SpecDir
 
 BUILTIN_MODELS = ("auto", "digits_cnn", "resnet32")
 _IMPORT_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -72,7 +72,7 @@ class CompressSpec(Frozen):
     """
 
     dataset: Literal["digits", "cifar10"] = "digits"
-    cifar10_path: str | None = None
+    cifar10_path: SpecDir | None = None
     model: str = "auto"
     eps_list: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9)
     max_rank: int | None = Field(default=None, ge=1)

@@ -132,6 +132,32 @@ def load_synthetic(
     return Dataset(x, np.concatenate(ys).astype(np.int64), num_classes, np.concatenate(gs))
 
 
+def check_dataset_path(name: str, path: Path) -> None:
+    """What a spec's ``dataset.path`` must be, checked when the spec is loaded (cheap:
+    an ``.npz`` lists its arrays without reading them).
+
+    Raises
+    ------
+    ValueError
+        Naming ``path`` and what is wrong with it.
+    """
+    if name in {"imagefolder", "cifar10"}:
+        if not path.is_dir():
+            raise ValueError(f"path: no such folder: {path}")
+        return
+    if not path.exists():
+        raise ValueError(f"path: no such file: {path}")
+    if name != "npz":
+        return
+    try:
+        with np.load(path) as f:
+            arrays = list(f.files) if isinstance(f, np.lib.npyio.NpzFile) else None
+    except (OSError, ValueError, EOFError) as exc:
+        raise ValueError(f"path: {path} is not a .npz file ({exc})") from None
+    if arrays is None or not {"x", "y"} <= set(arrays):
+        raise ValueError(f"path: {path} must be a .npz with arrays 'x' and 'y', has {arrays}")
+
+
 @register_dataset("npz")
 def load_npz(path: str | None = None, **_: object) -> Dataset:
     """A local ``.npz`` with arrays ``x`` (features) and ``y`` (integer labels).

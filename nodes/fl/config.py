@@ -6,14 +6,15 @@ The ServerApp receives these settings as JSON in the run config and re-validates
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from nodes.data.datasets import DATASETS
+from nodes.data.datasets import DATASETS, check_dataset_path
 from nodes.data.partition import PARTITIONERS
 from nodes.fl.strategies import STRATEGIES, check_params
-from nodes.frozen import Frozen
+from nodes.frozen import Frozen, SpecPath, spec_dir
 from nodes.hosting import Hosted
 from nodes.models import MODELS
 
@@ -25,7 +26,7 @@ class DatasetSpec(Frozen):
     """Which data the silos hold."""
 
     name: str = "digits"
-    path: str | None = None
+    path: SpecPath | None = None
     test_fraction: float = Field(0.2, gt=0, lt=1, description="held out by the server")
     local_test_fraction: float = Field(0.2, gt=0, lt=1, description="per-silo test split")
     num_samples: int = Field(3000, gt=0, description="synthetic only")
@@ -39,9 +40,11 @@ class DatasetSpec(Frozen):
         return DATASETS.check(v)
 
     @model_validator(mode="after")
-    def _path_needed(self) -> DatasetSpec:
+    def _path_needed(self, info: ValidationInfo) -> DatasetSpec:
         if self.name in {"npz", "imagefolder", "cifar10"} and not self.path:
             raise ValueError(f"dataset {self.name!r} needs 'path'")
+        if self.path and spec_dir(info) is not None:  # loading the spec: check it now
+            check_dataset_path(self.name, Path(self.path))
         return self
 
     def loader_params(self, seed: int) -> tuple[tuple[str, object], ...]:

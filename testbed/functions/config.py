@@ -17,9 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from nodes.frozen import Frozen
+from nodes.frozen import Frozen, SpecFile, resolve_spec_path, spec_dir
 from nodes.hosting import Hosted
 
 Mode = Literal["cpu", "cpu_preferred", "gpu_preferred", "gpu"]
@@ -31,7 +31,9 @@ class ArrivalSpec(Frozen):
     kind: Literal["poisson", "bursty", "phases", "trace"] = "poisson"
     rate_rps: float = Field(2.0, gt=0, description="mean rate (poisson, bursty)")
     burst_factor: float = Field(5.0, ge=1, description="bursty: ON rate / OFF rate")
-    trace: str | None = Field(None, description="trace CSV (t_s column or Azure style)")
+    trace: SpecFile | None = Field(
+        None, description="trace CSV (t_s column or Azure style), relative to the spec"
+    )
     time_scale: float = Field(1.0, gt=0, description="trace: multiply its times by this")
     phases: list[tuple[float, float]] | None = Field(
         None, description="phases: [[duration_s, rate_rps], ...] in order (rising, falling)"
@@ -49,8 +51,6 @@ class ArrivalSpec(Frozen):
             if not (length > 0 and rate >= 0):
                 got = [length, rate]
                 raise ValueError(f"phases.{k}: need duration_s > 0 and rate_rps >= 0, got {got}")
-        if self.trace and not Path(self.trace).is_file():
-            raise ValueError(f"trace: file {self.trace!r} does not exist")
         return self
 
 
@@ -67,14 +67,19 @@ class FunctionSpec(Frozen):
 
     @field_validator("module")
     @classmethod
-    def _module(cls, v: str) -> str:
+    def _module(cls, v: str, info: ValidationInfo) -> str:
         from nodes.functions.workloads import BUILTIN
 
-        if v not in BUILTIN and not Path(v).is_file():
+        if v in BUILTIN:
+            return v
+        path = resolve_spec_path(v, info)  # a .py file, relative to the spec
+        if not Path(path).is_file():
+            where = f" (read from {spec_dir(info)})" if path != v else ""
             raise ValueError(
-                f"module {v!r} is neither a built-in function {BUILTIN} nor an existing .py file"
+                f"module {v!r} is neither a built-in function {BUILTIN} nor an existing "
+                f".py file{where}"
             )
-        return v
+        return path
 
 
 class RuntimeSpec(Frozen):

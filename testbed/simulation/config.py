@@ -18,7 +18,7 @@
       poll_grid: false                 # play Flower's poll grids (SuperNode pulls, the
                                        # ServerApp's reply polls) on the virtual clock
       availability:                    # per-client on/off trace (docs/simulation.md)
-        path: experiments/traces/availability_diurnal.csv
+        path: traces/availability_diurnal_50.csv  # relative to the spec
         format: auto                   # intervals | fedscale | auto (by content)
         time_scale: 1.0                # trace seconds per virtual second
 """
@@ -29,7 +29,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from nodes.frozen import Frozen
+from nodes.frozen import Frozen, SpecFile
 from testbed.simulation.protocol import (
     FLOW_WINDOW_BYTES,
     LATENCY_LEGS,
@@ -42,7 +42,10 @@ from testbed.simulation.protocol import (
 class AvailabilitySpec(Frozen):
     """A per-client availability trace on the virtual clock."""
 
-    path: str = Field(description="trace file (intervals CSV or FedScale-style JSON/pickle)")
+    path: SpecFile = Field(
+        description="trace file (intervals CSV or FedScale-style JSON/pickle), relative to "
+        "the spec"
+    )
     format: Literal["auto", "intervals", "fedscale"] = "auto"
     time_scale: float = Field(1.0, gt=0, description="trace seconds per virtual second")
 

@@ -16,10 +16,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from nodes.frozen import Frozen
-
-#: Where relative ``tle_files`` are also looked up (the repository root).
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from nodes.frozen import Frozen, SpecPath
 
 #: Run start used when neither ``start_utc`` nor a TLE epoch gives one (reproducible).
 DEFAULT_START_UTC = datetime(2025, 1, 1, tzinfo=UTC)
@@ -133,8 +130,8 @@ class SpaceSpec(_Frozen):
     """
 
     shells: list[WalkerShell] = Field(default_factory=list)
-    tle_files: list[str] = Field(
-        default_factory=list, description="paths (cwd, then repository root); 2/3-line TLEs"
+    tle_files: list[SpecPath] = Field(
+        default_factory=list, description="2/3-line TLE files, relative to the spec's folder"
     )
     ground_stations: list[GroundStation] = Field(min_length=1)
     start_utc: datetime | None = Field(
@@ -223,7 +220,7 @@ class SpaceSpec(_Frozen):
                     )
         for i, f in enumerate(self.tle_files):
             if resolve_path(f) is None:
-                errors.append(f"space.tle_files.{i}: no such file {f!r} (cwd or repo root)")
+                errors.append(f"space.tle_files.{i}: no such file {f!r}")
         return errors
 
     def ground_station(self, name: str) -> GroundStation:
@@ -240,10 +237,7 @@ class SpaceSpec(_Frozen):
 
 
 def resolve_path(path: str) -> Path | None:
-    """An existing file for ``path``: as given (absolute or cwd-relative), else under the
-    repository root; ``None`` when neither exists."""
+    """The file ``path`` (absolute once the spec is loaded: relative ``tle_files`` are
+    read from the spec's folder), ``None`` when it does not exist."""
     p = Path(path)
-    if p.is_file():
-        return p
-    q = REPO_ROOT / path
-    return q if not p.is_absolute() and q.is_file() else None
+    return p if p.is_file() else None

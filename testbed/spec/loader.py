@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from nodes.frozen import SPEC_DIR
 from testbed.spec.errors import Loc, Problem, SpecError, dotted, unique
 from testbed.spec.models import MAX_FLEET_NODES, Experiment
 from testbed.spec.rawyaml import decode, line_of, nonfinite, read_value, read_yaml
@@ -137,11 +138,23 @@ def parse_set(items: list[str]) -> list[tuple[str, Any]]:
 def parse_spec(
     text: str, source: str = "<string>", overrides: list[tuple[str, Any]] | None = None
 ) -> Experiment:
-    """Validate YAML text into an :class:`Experiment` (sweep not expanded)."""
+    """Validate YAML text into an :class:`Experiment` (sweep not expanded).
+
+    Files the spec names (datasets, traces, TLE files, function modules) are resolved
+    against the folder of ``source`` when it is a file, else against the current
+    directory, and checked here (so ``validate`` refuses what ``run`` would fail on).
+    """
     raw, lines = read_yaml(text, source)
     for k, v in overrides or []:
         set_dotted(raw, k, v)
-    return _validate(raw, lines, source)
+    return _validate(raw, lines, source, _spec_folder(source))
+
+
+def _spec_folder(source: str) -> Path:
+    """Where a spec's relative paths point: its own folder, or the current directory
+    for a text that is not a file (``<string>``, the dashboard's editor)."""
+    path = Path(source)
+    return (path.parent if path.is_file() else Path.cwd()).resolve()
 
 
 def _reference_problems(raw: dict[str, Any], lines: dict[Loc, int]) -> list[Problem]:
@@ -187,12 +200,15 @@ def _few(names: set[str], limit: int = 20) -> str:
     return f"{shown}" + (f" and {more} more" if more else "")
 
 
-def _validate(raw: dict[str, Any], lines: dict[Loc, int], source: str) -> Experiment:
+def _validate(
+    raw: dict[str, Any], lines: dict[Loc, int], source: str, folder: Path
+) -> Experiment:
     """Validate a raw document; every problem (type errors, undefined references,
-    infinite numbers) is reported together, each once."""
+    infinite numbers) is reported together, each once; relative paths point into
+    ``folder``."""
     bad_numbers = nonfinite(raw, lines)
     try:
-        exp = Experiment.model_validate(raw)
+        exp = Experiment.model_validate(raw, context={SPEC_DIR: folder})
     except ValidationError as err:
         probs = _problems(err, lines)
         seen = {(p.path, p.line) for p in probs}
@@ -273,7 +289,7 @@ def expand(
             r = copy.deepcopy(raw)
             for k, v in assign.items():
                 set_dotted(r, k, v, str(path), line_of(("sweep", "grid", k), lines))
-            out.append((assign, _validate(r, lines, f"{path} [{assign}]")))
+            out.append((assign, _validate(r, lines, f"{path} [{assign}]", _spec_folder(str(path)))))
         except SpecError as e:
             problems += e.problems
     if problems:

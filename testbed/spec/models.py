@@ -17,6 +17,7 @@ from pydantic import (
     Field,
     ModelWrapValidatorHandler,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -367,10 +368,10 @@ class WorkloadSpec(Frozen):
     functions: FunctionsSpec | None = None
 
     @model_validator(mode="after")
-    def _one(self) -> WorkloadSpec:
+    def _one(self, info: ValidationInfo) -> WorkloadSpec:
         extra = self.__pydantic_extra__ or {}
         if extra:
-            _validate_registered(extra)
+            _validate_registered(extra, info.context)
         sections = (self.fl, self.semantic_mux, self.compress, self.functions)
         if sum(x is not None for x in sections) + len(extra) < 1:
             from testbed.workloads.registry import WORKLOADS
@@ -403,9 +404,10 @@ class WorkloadSpec(Frozen):
         return self.model_for(self.section)
 
 
-def _validate_registered(extra: dict[str, Any]) -> None:
+def _validate_registered(extra: dict[str, Any], context: Any = None) -> None:
     """Replace every extra section by its registered workload's model (ValueError naming
-    the section and the registered workloads otherwise)."""
+    the section and the registered workloads otherwise); ``context`` is the spec's
+    validation context (its folder, for the paths a section names)."""
     from testbed.workloads.registry import WORKLOADS
 
     known = WORKLOADS
@@ -414,7 +416,8 @@ def _validate_registered(extra: dict[str, Any]) -> None:
             raise ValueError(f"workload.{key}: unknown workload; choose one of {sorted(known)}")
         model = known[key].spec_model
         try:
-            extra[key] = raw if isinstance(raw, model) else model.model_validate(raw)
+            valid = raw if isinstance(raw, model) else model.model_validate(raw, context=context)
+            extra[key] = valid
         except ValidationError as e:
             raise ValueError("\n".join(_section_errors(key, e))) from None
 

@@ -30,6 +30,10 @@ err_console = Console(stderr=True)
 
 OutOpt = Annotated[Path, typer.Option("--out", help="run store folder")]
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override: key.path=value")]
+SpecDirOpt = Annotated[
+    Path | None,
+    typer.Option(help="read the spec's relative paths from here (default: the file's folder)"),
+]
 
 
 def _fail(msg: str) -> typer.Exit:
@@ -54,6 +58,7 @@ def _fits(file: Path, experiments: list[Experiment], backend: str, parallel: int
 def validate(
     file: Path,
     set_: SetOpt = None,
+    spec_dir: SpecDirOpt = None,
     backend: Annotated[str, typer.Option(help="check the fleet fits this backend here")] = "local",
 ) -> None:
     """Validate an experiment file; print every error with its path and line.
@@ -63,7 +68,7 @@ def validate(
     from testbed.spec.loader import SpecError, expand, parse_set
 
     try:
-        runs = expand(file, parse_set(set_ or []))
+        runs = expand(file, parse_set(set_ or []), spec_dir)
     except SpecError as e:
         raise _fail(str(e)) from None
     _fits(file, [e for _a, e in runs], backend)
@@ -88,6 +93,7 @@ def run(
         str | None,
         typer.Option(help="simulation: attach to this Ray cluster (= simulation.ray_address)"),
     ] = None,
+    spec_dir: SpecDirOpt = None,
     item: Annotated[int | None, typer.Option(hidden=True)] = None,
     sweep_id: Annotated[str | None, typer.Option(hidden=True)] = None,
 ) -> None:
@@ -104,7 +110,7 @@ def run(
     from testbed.spec.loader import SpecError, expand, parse_set
 
     try:
-        items = sweep_items(expand(file, parse_set(set_ or [])))
+        items = sweep_items(expand(file, parse_set(set_ or []), spec_dir))
         backend_cls = get_backend(backend)
         if hasattr(backend_cls, "preflight"):  # e.g. docker: engine and image, before recording
             backend_cls.preflight([it.experiment for it in items])
@@ -131,7 +137,9 @@ def run(
         from testbed.sweep import run_parallel
 
         try:
-            counts = run_parallel(file, items, sweep, out, parallel, set_ or [], backend, console)
+            counts = run_parallel(
+                file, items, sweep, out, parallel, set_ or [], backend, console, spec_dir
+            )
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/]: runs stopped and marked interrupted")
             raise typer.Exit(130) from None

@@ -30,8 +30,10 @@ def run_parallel(
     sets: list[str],
     backend: str,
     console: Console,
+    spec_dir: Path | None = None,
 ) -> dict[str, int]:
-    """Run every not-yet-completed item; return counts by final status."""
+    """Run every not-yet-completed item; return counts by final status (each child reads
+    the spec's relative paths from ``spec_dir`` when given)."""
     store = RunStore(out)
     todo = [k for k, it in enumerate(items) if not store.completed_variant(sweep_id, it.variant)]
     done = len(items) - len(todo)
@@ -75,6 +77,8 @@ def run_parallel(
                     ]
                     for s in sets:
                         cmd += ["--set", s]
+                    if spec_dir is not None:
+                        cmd += ["--spec-dir", str(spec_dir)]
                     with open(logs / f"item-{k:03d}.log", "w") as log:
                         running[k] = subprocess.Popen(
                             cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

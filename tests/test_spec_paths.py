@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -79,3 +81,20 @@ def test_shipped_experiments_load_from_any_directory(
     traces = [f.arrivals.trace for f in exp.workload.functions.functions if f.arrivals.trace]
     assert traces == [str(ROOT / "experiments" / "traces" / "azure_functions_burst.csv")]
     load_spec(ROOT / "experiments" / "leo_fl.yaml")
+
+
+def test_edited_text_reads_paths_from_the_experiments_folder(tmp_path: Path) -> None:
+    """The dashboard validates and launches edited YAML text saved elsewhere: its
+    relative paths point into the experiments folder (``--spec-dir``), as for the file."""
+    from testbed.controller.service import Controller
+
+    text = (ROOT / "experiments" / "gaia.yaml").read_text()
+    ctl = Controller(tmp_path / "store", ROOT / "experiments")
+    assert ctl.validate(text, "gaia-edited.yaml", [])["ok"] is True
+    copy = _spec(tmp_path / "elsewhere", text)
+    cli = [sys.executable, "-m", "testbed", "validate", str(copy)]
+    refused = subprocess.run(cli, capture_output=True, text=True, cwd=ROOT)
+    assert refused.returncode == 2 and "arrivals.trace" in refused.stderr, refused.stderr
+    with_dir = [*cli, "--spec-dir", str(ROOT / "experiments")]
+    ok = subprocess.run(with_dir, capture_output=True, text=True, cwd=tmp_path)
+    assert ok.returncode == 0, ok.stdout + ok.stderr

@@ -92,9 +92,15 @@ class JobManager:
         self.jobs: dict[str, Job] = {}
 
     def launch(
-        self, spec_path: Path, overrides: list[str], total: int, sweep_id: str | None
+        self,
+        spec_path: Path,
+        overrides: list[str],
+        total: int,
+        sweep_id: str | None,
+        spec_dir: Path | None = None,
     ) -> Job:
-        """Start ``python -m testbed run spec_path --out store_root [--set ...]``."""
+        """Start ``python -m testbed run spec_path --out store_root [--set ...]
+        [--spec-dir DIR]`` (``spec_dir``: where the spec's relative paths point)."""
         job_id = f"job-{len(self.jobs) + 1}"
         logs = self.store_root / "launches"
         logs.mkdir(parents=True, exist_ok=True)
@@ -103,6 +109,8 @@ class JobManager:
         cmd += ["--out", str(self.store_root)]
         for item in overrides:
             cmd += ["--set", item]
+        if spec_dir is not None:
+            cmd += ["--spec-dir", str(spec_dir)]
         env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="100")
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(

@@ -126,7 +126,7 @@ class Controller:
             with tempfile.TemporaryDirectory() as d:
                 p = Path(d) / (Path(source).name or "experiment.yaml")
                 p.write_text(text, encoding="utf-8")
-                expanded = expand(p, parse_set(overrides))
+                expanded = expand(p, parse_set(overrides), self.experiments_dir)
         except SpecError as e:
             return {"ok": False, "problems": problems_of(e)}
         exp = expanded[0][1]
@@ -144,7 +144,7 @@ class Controller:
     def fleet_of_text(self, text: str, overrides: list[str]) -> dict[str, Any]:
         """The planned fleet of an experiment (its first configuration)."""
         try:
-            exp = parse_spec(text, "<experiment>", parse_set(overrides))
+            exp = parse_spec(text, "<experiment>", parse_set(overrides), self.experiments_dir)
         except SpecError as e:
             raise UserError(422, str(e), problems_of(e)) from None
         return planned_fleet(make_plan(exp))
@@ -174,7 +174,9 @@ class Controller:
 
         total = check["runs"]
         sweep = sweep_id_of(str(path), text + json.dumps(overrides)) if total > 1 else None
-        return self.jobs.launch(path, overrides, total, sweep)
+        # a text's relative paths are read from the experiments folder, as in validate
+        spec_dir = None if experiment is not None else self.experiments_dir
+        return self.jobs.launch(path, overrides, total, sweep, spec_dir)
 
     def job(self, job_id: str) -> dict[str, Any]:
         """A launch with its runs and progress (runs finished over runs planned)."""

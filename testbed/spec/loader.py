@@ -136,18 +136,22 @@ def parse_set(items: list[str]) -> list[tuple[str, Any]]:
 
 
 def parse_spec(
-    text: str, source: str = "<string>", overrides: list[tuple[str, Any]] | None = None
+    text: str,
+    source: str = "<string>",
+    overrides: list[tuple[str, Any]] | None = None,
+    folder: Path | None = None,
 ) -> Experiment:
     """Validate YAML text into an :class:`Experiment` (sweep not expanded).
 
     Files the spec names (datasets, traces, TLE files, function modules) are resolved
-    against the folder of ``source`` when it is a file, else against the current
-    directory, and checked here (so ``validate`` refuses what ``run`` would fail on).
+    against ``folder`` (default: the folder of ``source`` when it is a file, else the
+    current directory), and checked here (so ``validate`` refuses what ``run`` would
+    fail on).
     """
     raw, lines = read_yaml(text, source)
     for k, v in overrides or []:
         set_dotted(raw, k, v)
-    return _validate(raw, lines, source, _spec_folder(source))
+    return _validate(raw, lines, source, folder or _spec_folder(source))
 
 
 def _spec_folder(source: str) -> Path:
@@ -253,18 +257,21 @@ def error_at(path: str | Path, yaml_path: str, message: str) -> SpecError:
     return SpecError(str(path), [Problem(yaml_path, line_of(loc, lines), message)])
 
 
-def load_spec(path: str | Path, overrides: list[tuple[str, Any]] | None = None) -> Experiment:
-    """Load and validate an experiment file."""
-    return parse_spec(read_spec(path), str(path), overrides)
+def load_spec(
+    path: str | Path, overrides: list[tuple[str, Any]] | None = None, folder: Path | None = None
+) -> Experiment:
+    """Load and validate an experiment file (relative paths: :func:`parse_spec`)."""
+    return parse_spec(read_spec(path), str(path), overrides, folder)
 
 
 def expand(
-    path: str | Path, overrides: list[tuple[str, Any]] | None = None
+    path: str | Path, overrides: list[tuple[str, Any]] | None = None, folder: Path | None = None
 ) -> list[tuple[dict[str, Any], Experiment]]:
     """Expand a file's sweep grid into concrete experiments (one per combination).
 
     Returns ``(assignment, experiment)`` pairs; every combination is validated and all
-    errors of all combinations are reported together, each once.
+    errors of all combinations are reported together, each once. Relative paths point
+    into ``folder`` (default: the file's folder).
 
     Raises
     ------
@@ -273,7 +280,8 @@ def expand(
         :data:`MAX_RUNS` runs (configurations x repetitions).
     """
     text = read_spec(path)
-    base = parse_spec(text, str(path), overrides)
+    folder = folder or _spec_folder(str(path))
+    base = parse_spec(text, str(path), overrides, folder)
     raw, lines = read_yaml(text, str(path))
     _check_runs(base, lines, str(path))
     if not base.sweep.grid:
@@ -289,7 +297,7 @@ def expand(
             r = copy.deepcopy(raw)
             for k, v in assign.items():
                 set_dotted(r, k, v, str(path), line_of(("sweep", "grid", k), lines))
-            out.append((assign, _validate(r, lines, f"{path} [{assign}]", _spec_folder(str(path)))))
+            out.append((assign, _validate(r, lines, f"{path} [{assign}]", folder)))
         except SpecError as e:
             problems += e.problems
     if problems:

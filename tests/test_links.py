@@ -789,3 +789,28 @@ def test_netem_follows_a_schedule_through_the_shared_driver() -> None:
     lags = [ch["lag_ms"] for ch in counters["changes"]]
     assert len(lags) == 3 and max(lags) < CHANGE_LAG_S * 1e3, lags
     assert abs(counters["partitioned_s"] - 0.3) < CLOCK_TOL_S + CHANGE_LAG_S
+
+
+def test_teardown_of_a_blackholed_link_prints_no_traceback(
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Connections held by a partition (waiting in ``wait_open``) are cancelled when the
+    link stops; that is the end of a run, not an error: nothing may be logged (issue 31
+    saw 16 CancelledError tracebacks before a run's summary)."""
+    server = Server(lambda c: None)
+    proxy = ShapingProxy("held", "127.0.0.1", server.port, LinkParams(partitioned=True))
+    port = proxy.start()
+    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+    deadline = time.monotonic() + 5
+    while proxy._shaper.connections < len(clients) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert proxy._shaper.connections == len(clients)  # all four held by the blackhole
+    with caplog.at_level("DEBUG", logger="asyncio"):
+        proxy.stop()
+    for c in clients:
+        c.close()
+    server.close()
+    err = capfd.readouterr().err
+    logged = [r.getMessage() for r in caplog.records if r.levelname in ("ERROR", "WARNING")]
+    assert "Traceback" not in err and "CancelledError" not in err, err
+    assert logged == [], logged

@@ -29,6 +29,15 @@ __all__ = ["PARTITION_MODES", "RTO_MIN_S", "ShapingProxy"]
 _T = TypeVar("_T")
 
 
+async def _served(handler: Coroutine[Any, Any, None]) -> None:
+    """Run a connection's handler; its cancellation (the link stopping while the
+    connection is held, e.g. by a partition) ends it quietly. Python 3.11's
+    ``start_server`` callback asks a cancelled handler task for its exception and logs
+    the CancelledError as an error with a traceback (fixed in 3.12)."""
+    with contextlib.suppress(asyncio.CancelledError):
+        await handler
+
+
 class ShapingProxy:
     """An emulated link between a client and one TCP server, as a userspace relay.
 
@@ -110,7 +119,7 @@ class ShapingProxy:
         self.listen_port = int(self._server.sockets[0].getsockname()[1])
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await relay(self._shaper, reader, writer, self.target)
+        await _served(relay(self._shaper, reader, writer, self.target))
 
     def add_route(self, target_port: int, target_host: str = "127.0.0.1") -> int:
         """Relay another server on the link's client side through this same link (its
@@ -131,7 +140,7 @@ class ShapingProxy:
 
     async def _aroute(self, target: tuple[str, int], port: int) -> int:
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await relay(self._shaper, reader, writer, target, reverse=True)
+            await _served(relay(self._shaper, reader, writer, target, reverse=True))
 
         server = await asyncio.start_server(
             handle, self.listen_host, port, reuse_address=True, limit=STREAM_LIMIT, backlog=512

@@ -53,7 +53,8 @@ class ChaosEngine:
         self.timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
         self.t0 = time.time()
-        self.round = 0
+        self.round = 0  # the last round that started (0 before the first)
+        self._acting_round: int | None = None  # what a "before round r" fault records
         self.down: dict[str, dict[str, Any]] = {}
         self.back: dict[str, dict[str, Any]] = {}
 
@@ -74,7 +75,7 @@ class ChaosEngine:
             if f.at_time_s is not None:
                 self.later(f.at_time_s, functools.partial(self.fire, f, "schedule"))
             elif f.at_round == 1 and f.phase == "before":
-                self.fire(f, "schedule")
+                self._fire_before(f, 1)
 
     def later(self, delay_s: float, fn: Callable[[], None]) -> None:
         """Run ``fn`` from :meth:`tick` once ``delay_s`` seconds have passed."""
@@ -112,9 +113,18 @@ class ChaosEngine:
     def _round_ended(self, r: int) -> None:
         for f in self.faults:
             if f.at_round == r + 1 and f.phase == "before":
-                self.fire(f, "schedule")
+                self._fire_before(f, r + 1)
             elif f.probability is not None:
                 self._draw(f)
+
+    def _fire_before(self, f: FaultSpec, r: int) -> None:
+        """Fire a fault triggered ``before`` round ``r``: it acts in round ``r``, so its
+        events carry ``r`` (``ctx.round`` stays the last round started)."""
+        self._acting_round = r
+        try:
+            self.fire(f, "schedule")
+        finally:
+            self._acting_round = None
 
     def _draw(self, f: FaultSpec) -> None:
         """Probability trigger: one draw per target that is not down."""
@@ -136,10 +146,11 @@ class ChaosEngine:
 
     # -- what fault kinds call (testbed.faults.FaultContext) -------------------------
     def event(self, name: str, node: str | None, round: int | None = None, **data: Any) -> None:
-        """Record an event of the run (``round`` defaults to the current one)."""
-        self.store.add_event(
-            self.run_id, name, round=round if round is not None else self.round, node=node, **data
-        )
+        """Record an event of the run (``round`` defaults to the round the fault acts
+        in: the current one, or the next for a fault fired before it)."""
+        if round is None:
+            round = self._acting_round if self._acting_round is not None else self.round
+        self.store.add_event(self.run_id, name, round=round, node=node, **data)
 
     def node_down(self, node: str, reason: str, kind: str) -> None:
         """Book ``node`` as down since now (``node_down`` event)."""
@@ -204,7 +215,7 @@ def finalize_statuses(store: RunStore, run_id: str, plan: Plan, rounds: int) -> 
                 why = [
                     ev.data_dict.get("reason", "down")
                     for ev in downs
-                    if ev.node == n and ev.round is not None and ev.round < r
+                    if ev.node == n and ev.round is not None and ev.round <= r
                 ]
                 reason = f"not sampled: {why[-1]}" if why else "not sampled this round"
                 store.set_status(run_id, r, n, "excluded", reason)

@@ -1,0 +1,60 @@
+"""A fault triggered ``before`` round r is recorded in round r (issue 31: a partition
+``at_round: 2, phase: before`` was recorded with round 1), on a real SQLite store and a
+real local backend's node."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from testbed.backends.local import LocalBackend
+from testbed.chaos import ChaosEngine
+from testbed.planner import make_plan
+from testbed.procs import free_port
+from testbed.spec.loader import parse_spec
+from testbed.store import RunStore
+
+SPEC = """\
+name: rounds
+fleet:
+  nodes:
+    - {id: cloud, tier: cloud}
+    - {id: edge, tier: edge, count: 1}
+links: {mode: none}
+workload:
+  fl: {rounds: 2}
+faults:
+  - {kind: straggler, node: edge, at_round: 1, factor: 2, rounds: 1}
+  - {kind: straggler, node: edge, at_round: 2, factor: 3, rounds: 1}
+  - {kind: straggler, node: edge, at_round: 2, phase: during, delay_s: 0, factor: 4}
+"""
+
+
+def test_before_faults_carry_the_round_they_act_in(tmp_path: Path) -> None:
+    plan = make_plan(parse_spec(SPEC))
+    store = RunStore(tmp_path / "store")
+    store.create_run("r1", "rounds", seed=3, backend="local")
+    backend = LocalBackend(plan, tmp_path / "run", warm=False)
+    backend.superlink_port = free_port()  # nothing listens: the node keeps retrying
+    backend.start_node("edge")
+    engine = ChaosEngine(plan, backend, store, "r1", plan.seed)
+    try:
+        engine.start()  # fleet ready: "before round 1" fires
+        for rec in (
+            {"kind": "event", "name": "round_start", "round": 1},
+            {"kind": "event", "name": "round_end", "round": 1},  # "before round 2" fires
+            {"kind": "event", "name": "round_start", "round": 2},
+        ):
+            engine.on_record(rec)
+        time.sleep(0.01)
+        engine.tick()  # the "during round 2" timer (delay 0)
+    finally:
+        backend.stop()
+    fired = [
+        (e.round, e.data_dict["factor"], e.data_dict["until_round"])
+        for e in store.events("r1")
+        if e.kind == "straggler_set"
+    ]
+    injected = [e.round for e in store.events("r1") if e.kind == "fault_injected"]
+    assert fired == [(1, 2.0, 1), (2, 3.0, 2), (2, 4.0, None)]
+    assert injected == [1, 2, 2]

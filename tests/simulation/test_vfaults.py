@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 import pytest
+from pydantic import Field
 
 from nodes.fl.telemetry import Telemetry
+from testbed.faults import FaultKind, FaultParams, register_fault
+from testbed.simulation import vfaults
 from testbed.simulation.clock import ClientModel, VirtualClock
 from testbed.simulation.vfaults import VirtualFaults
 from testbed.spec.models import FaultSpec
@@ -135,3 +139,79 @@ def test_pause_delays_without_losing(tmp_path: Path) -> None:
     clock.faults.round_started(1, 0.0, DEADLINE_S)
     ex = clock.exchange("edge-1", 0, 1, 0.0, 1.0, 1_000_000, 1_000_000)
     assert ex.lost is None and ex.seconds == pytest.approx(5.0 + 3.0)
+
+
+# -- a kind's virtual effect is its class's (FaultKind.apply_virtual) ------------------
+class BlackoutParams(FaultParams):
+    duration_s: float = Field(gt=0, description="seconds without power")
+    mode: Literal["dark", "dim"] = Field(description="dark: down; dim: compute x 4")
+
+
+@register_fault("blackout")
+class Blackout(FaultKind):
+    """The node's site loses power: down for ``duration_s`` (dark), or its compute is 4
+    times slower in the round it fires in (dim). Defined here, not in testbed/."""
+
+    Params = BlackoutParams
+    label = "blackout (site power lost)"
+
+    def apply_virtual(self, vf: VirtualFaults, name: str, t: float, rnd: int) -> None:
+        d = float(self.params.duration_s)
+        if self.params.mode == "dark":
+            vf.down(name, t, t + d, rnd=rnd, kind=self.spec.kind, why=f"blackout for {d} s")
+        else:
+            vf.slow(name, rnd + 1, rnd + 1, 4.0)
+        vf.later(t, "blackout", name, mode=self.params.mode)
+
+
+@register_fault("reboot")
+class Reboot(FaultKind):
+    """A kind with no effect on the virtual clock (the base's apply_virtual)."""
+
+    not_simulated = "a reboot needs the node's real firmware"
+
+
+def test_a_kind_defined_here_is_decided_on_the_virtual_clock(tmp_path: Path) -> None:
+    """Blackout lives in this file only: vfaults.py does not name it, yet the clock
+    excludes the dark node while it is down and makes the dim node late in its round."""
+    assert "blackout" not in Path(vfaults.__file__).read_text()
+    dark = {"kind": "blackout", "node": "edge-1", "at_round": 2, "duration_s": 6.0, "mode": "dark"}
+    dim = {"kind": "blackout", "node": "fog-1", "at_round": 3, "duration_s": 1.0, "mode": "dim"}
+    vfaults.check_faults([FaultSpec.model_validate(f) for f in (dark, dim)])  # simulated
+    assert "blackout" in vfaults.simulated_kinds() and "reboot" not in vfaults.simulated_kinds()
+    clock, tel = make(tmp_path, dark, dim)
+    st = play(clock, 5, compute_s=3.0)  # rounds of 5 s: edge-1 down in [5, 11)
+    assert [st[(r, "edge-1")] for r in range(1, 6)] == [
+        "completed",
+        "excluded",
+        "excluded",
+        "completed",
+        "completed",
+    ]
+    # fog-1: compute 12 s instead of 3 s in round 3 only: past the 10 s deadline
+    assert [st[(r, "fog-1")] for r in range(1, 6)] == ["completed"] * 2 + ["late"] + [
+        "completed"
+    ] * 2
+    names = [(e["name"], e["node"]) for e in events(tel)]
+    assert ("blackout", "edge-1") in names and ("node_rejoined", "edge-1") in names
+
+
+def test_a_kind_without_a_virtual_effect_is_refused_naming_the_field() -> None:
+    faults = [
+        FaultSpec.model_validate({"kind": "crash", "node": "edge-1", "at_round": 2}),
+        FaultSpec.model_validate({"kind": "reboot", "node": "edge-2", "at_round": 2}),
+        FaultSpec.model_validate({"kind": "superlink-restart", "at_round": 3}),
+    ]
+    with pytest.raises(ValueError) as e:
+        vfaults.check_faults(faults)
+    text = str(e.value)
+    assert text.startswith("faults[1].kind: 'reboot' cannot be simulated")
+    assert "a reboot needs the node's real firmware" in text
+    assert "faults[2].kind: 'superlink-restart'" in text and "no SuperLink" in text
+    assert "faults[0]" not in text
+    with pytest.raises(NotImplementedError, match="real firmware"):
+        Reboot(faults[1]).apply_virtual(make_vf(), "edge-2", 0.0, 1)
+
+
+def make_vf() -> VirtualFaults:
+    return VirtualFaults([], dict.fromkeys(NAMES, "edge"), 0, Telemetry(None))

@@ -31,6 +31,7 @@ from flwr.app import ArrayRecord, Message, MetricRecord
 from flwr.serverapp.strategy import FedAvg
 from pydantic import Field
 
+from nodes.fl.telemetry import Telemetry
 from nodes.frozen import Frozen
 from testbed.backends import register_backend
 from testbed.backends.local import LocalBackend
@@ -41,6 +42,7 @@ from testbed.faults import FaultContext, FaultKind, FaultParams, register_fault
 from testbed.functions.placement import Job, Placement, Site, place, policy
 from testbed.procs import Popen
 from testbed.runner import run_experiment
+from testbed.simulation.vfaults import VirtualFaults, check_faults
 from testbed.spec.loader import SpecError, parse_spec
 from testbed.store import RunStore
 from testbed.workloads import LibraryWorkload, RunContext, register_workload
@@ -96,6 +98,9 @@ class Leave(FaultKind):
         assert name is not None
         ctx.backend.node(name).stop()
         ctx.node_down(name, "left the federation", self.spec.kind)
+
+    def apply_virtual(self, vf: VirtualFaults, name: str, t: float, rnd: int) -> None:
+        vf.down(name, t, None, rnd=rnd, kind=self.spec.kind, why="left the federation")
 
 
 # -- a link kind (testbed/emulation/kinds.py LinkFactory) ------------------------------
@@ -260,6 +265,12 @@ def test_a_fault_kind_is_named_in_the_yaml_by_name_or_dotted_path() -> None:
     for kind in ("leave", "tests.test_extensions:Leave"):
         exp = parse_spec(FL_YAML.replace("kind: leave", f"kind: {kind}"))
         assert FAULT_KINDS[exp.faults[0].kind] is Leave
+        check_faults(exp.faults)  # --backend simulation takes it: it has a virtual effect
+        vf = VirtualFaults(exp.faults, {"edge-1": "edge", "edge-2": "edge"}, 0, Telemetry(None))
+        vf.round_started(2, 7.0, 10.0)  # at_round 2, phase before: gone from virtual 7 s on
+        assert vf.of("edge-2").down_reason(6.9, 6.9) is None
+        assert vf.of("edge-2").down_reason(1e9, 1e9) == "left the federation"
+        assert vf.of("edge-1").down == []
     with pytest.raises(SpecError, match="must be a subclass of testbed.faults.FaultKind"):
         parse_spec(FL_YAML.replace("kind: leave", "kind: tests.test_extensions:nearest"))
     for key in ("speed", "factor"):  # a key no kind has, another kind's parameter

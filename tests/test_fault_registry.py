@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import psutil
 import pytest
@@ -84,6 +84,53 @@ def test_a_kind_registered_here_validates_with_its_own_parameters() -> None:
     with pytest.raises(SpecError) as e:
         parse_spec(spec("  - {kind: thrash, node: edge, at_round: 1}"))
     assert "'throttle'" in e.value.problems[0].message  # the error lists registered kinds
+
+
+class JamParams(FaultParams):
+    mode: Literal["burst", "steady"] = Field(description="burst or steady loss")
+    duration_s: float = Field(gt=0, description="seconds jammed")
+
+
+@register_fault("jam")
+class Jam(FaultKind):
+    """A kind whose ``mode`` is not misconfig's: the spec has no ``mode`` of its own."""
+
+    Params = JamParams
+    target = "link"
+
+
+def test_a_fault_s_parameters_are_its_kind_s_only() -> None:
+    """FaultSpec holds the trigger and the target; every other key is validated by the
+    kind's Params (a kind may reuse another kind's key with its own type), and a dump
+    shows the validated parameters beside the trigger, as in the YAML."""
+    from testbed.spec.models import FaultSpec
+
+    assert set(FaultSpec.model_fields) == {
+        "kind", "node", "tier", "at_round", "at_time_s", "probability", "phase", "delay_s"
+    }  # fmt: skip
+    jam = parse_spec(spec("  - {kind: jam, node: edge, at_round: 1, mode: burst, duration_s: 2}"))
+    assert jam.faults[0].params == JamParams(mode="burst", duration_s=2.0)
+    with pytest.raises(SpecError) as e:  # misconfig's mode is not jam's
+        parse_spec(spec("  - {kind: jam, node: edge, at_round: 1, mode: lr, duration_s: 2}"))
+    assert [p.path for p in e.value.problems] == ["faults.0.mode"]
+    flap = "  - {kind: flapping, node: edge, at_round: 1, duration_s: '2'}"
+    f = parse_spec(spec(flap)).faults[0]
+    dumped = f.model_dump(exclude_none=True)
+    assert dumped["duration_s"] == 2.0 and dumped["repeat"] == 3  # validated, defaults too
+    assert FaultSpec.model_validate(dumped) == f
+    # another kind's key at that kind's default means nothing (reference.yaml shows all)
+    idle = "  - {kind: crash, node: edge, at_round: 1, repeat: 3, mode: null, factor: null}"
+    assert parse_spec(spec(idle)).faults[0].model_dump(exclude_none=True) == {
+        "kind": "crash", "node": "edge", "at_round": 1, "phase": "before", "delay_s": 1.0
+    }  # fmt: skip
+    bad = "  - kind: outage\n    node: edge\n    at_round: 1\n    duration_s: -5\n    repeat: 4"
+    with pytest.raises(SpecError) as e:  # every parameter error at once, each at its line
+        parse_spec(spec(bad))
+    got = [(p.path, p.line, p.message) for p in e.value.problems]
+    assert got == [
+        ("faults.0.duration_s", 14, "Input should be greater than 0 (got -5)"),
+        ("faults.0.repeat", 15, "not a parameter of fault kind 'outage' (its own: ['duration_s'])"),
+    ]
 
 
 def _fleet(tmp_path: Path, faults: str) -> tuple[LocalBackend, ChaosEngine, RunStore, str]:

@@ -142,10 +142,16 @@ def _field_names(model: type, skip: set[type], seen: set[type] | None = None) ->
 def test_reference_yaml_shows_every_key(root: Path) -> None:
     from nodes.compression.config import CompressSpec
     from radio.config import SemanticMuxSpec
+    from testbed.faults import FAULT_KINDS
     from testbed.functions.config import FunctionsSpec
     from testbed.spec.models import Experiment
 
     text = (root / "experiments" / "reference.yaml").read_text()
     own_files = {CompressSpec, SemanticMuxSpec, FunctionsSpec}  # shown in their own yaml
-    missing = sorted(n for n in _field_names(Experiment, own_files) if f"{n}:" not in text)
+    names = _field_names(Experiment, own_files)
+    for kind in FAULT_KINDS:  # a fault's parameters are its kind's (built-in kinds here)
+        if FAULT_KINDS[kind].__module__.startswith("testbed.faults."):
+            names |= _field_names(FAULT_KINDS[kind].Params, set())
+            assert kind in text, f"fault kind {kind!r} not named in reference.yaml"
+    missing = sorted(n for n in names if f"{n}:" not in text)
     assert missing == [], f"keys not shown in reference.yaml: {missing}"

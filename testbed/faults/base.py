@@ -12,12 +12,15 @@ A fault kind is one small class registered by name in :data:`FAULT_KINDS`::
 
         def apply(self, ctx, name): ...        # through ctx.backend (Backend protocol)
         def undo(self, ctx, name, state): ...  # when undo_after_s() is not None
+        def apply_virtual(self, vf, name, t, rnd): ...  # --backend simulation's clock
 
 The spec (:class:`testbed.spec.models.FaultSpec`), the chaos engine, ``testbed
 inject``, the controller's ``GET /faults`` and the dashboard all read the registry; a
-new kind is one class in one file (see docs/faults.md). A kind in a user's own package
-needs no registration: ``kind: mypkg.faults:Leave`` in the YAML imports and checks it
-(``self.spec.kind`` is then that path; ``name`` is set by ``register_fault`` only).
+new kind is one class in one file (see docs/faults.md), its effect on the
+simulation's virtual clock (:meth:`FaultKind.apply_virtual`) included. A kind in a
+user's own package needs no registration: ``kind: mypkg.faults:Leave`` in the YAML
+imports and checks it (``self.spec.kind`` is then that path; ``name`` is set by
+``register_fault`` only).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from nodes.registry import Registry
 
 if TYPE_CHECKING:
     from testbed.backends.base import Backend
+    from testbed.simulation.vfaults import VirtualFaults
     from testbed.spec.models import FaultSpec
 
 Target = Literal["node", "link", "server"]
@@ -79,6 +83,9 @@ class FaultKind:
         Vega-Lite point shape of its events on the timeline.
     effects : tuple of str
         Names of the events its action records (what the fault did).
+    not_simulated : str
+        Why ``--backend simulation`` refuses the kind while it keeps the base's
+        :meth:`apply_virtual` (a kind that overrides it is simulated).
     """
 
     name: ClassVar[str] = ""
@@ -87,6 +94,7 @@ class FaultKind:
     label: ClassVar[str] = ""
     marker: ClassVar[str] = "diamond"
     effects: ClassVar[tuple[str, ...]] = ()
+    not_simulated: ClassVar[str] = "it has no effect on the virtual clock (apply_virtual)"
 
     def __init__(self, spec: FaultSpec) -> None:
         self.spec = spec
@@ -107,6 +115,25 @@ class FaultKind:
     def undo(self, ctx: FaultContext, name: str | None, state: Any) -> None:
         """Reverse ``apply`` (called ``undo_after_s()`` seconds later)."""
 
+    def apply_virtual(self, vf: VirtualFaults, name: str, t: float, rnd: int) -> None:
+        """What the fault does to client ``name`` on ``--backend simulation``'s virtual
+        clock, from virtual ``t`` (seconds since the fleet was ready); ``rnd`` is the
+        round it counts in.
+
+        Book the effect through ``vf`` (:class:`testbed.simulation.vfaults.VirtualFaults`:
+        ``down``, ``freeze``, ``change_link``, ``slow``, ``control``) and its events with
+        ``vf.later``; the effect and its undo are both decided now, on virtual time.
+        The base means "not simulated": the simulation's preflight refuses the kind with
+        :attr:`not_simulated` (:meth:`simulated`).
+        """
+        raise NotImplementedError(f"fault kind {self.name!r}: {self.not_simulated}")
+
+    @classmethod
+    def simulated(cls) -> bool:
+        """Whether the kind has an effect on the virtual clock (overrides
+        :meth:`apply_virtual`)."""
+        return cls.apply_virtual is not FaultKind.apply_virtual
+
     @classmethod
     def describe(cls) -> dict[str, Any]:
         """The kind for the controller's ``GET /faults`` (label, marker, parameters)."""
@@ -116,6 +143,7 @@ class FaultKind:
             "marker": cls.marker,
             "target": cls.target,
             "effects": list(cls.effects),
+            "simulated": cls.simulated(),
             "params": schema.get("properties", {}),
             "required": list(schema.get("required", [])),
         }

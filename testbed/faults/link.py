@@ -1,7 +1,8 @@
 """Fault kinds that act on a client node's link: partition, degrade.
 
 Each acts through the backend's links (:class:`testbed.emulation.link.Link`); a run
-without emulated links (``links.mode: none``) rejects them (``fault_rejected``).
+without emulated links (``links.mode: none``) rejects them (``fault_rejected``). On the
+simulation's virtual clock they change the client's modelled link for a while.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from testbed.faults.base import FaultContext, FaultKind, FaultParams, register_f
 
 if TYPE_CHECKING:
     from testbed.emulation.link import Link
+    from testbed.simulation.vfaults import VirtualFaults
 
 LINK_KEYS = ("bandwidth_mbps", "latency_ms", "jitter_ms", "loss_pct")
 
@@ -73,6 +75,13 @@ class Partition(FaultKind):
         link_of(ctx, name, "partition").partition(False)
         ctx.event("link_healed", name)
 
+    def apply_virtual(self, vf: VirtualFaults, name: str, t: float, rnd: int) -> None:
+        """Link partitioned during ``[t, t + duration_s)`` (traffic held, then sent)."""
+        end = t + float(self.params.duration_s)
+        vf.change_link(name, t, end, {"partitioned": True})
+        vf.later(t, "link_partitioned", name, duration_s=self.params.duration_s)
+        vf.later(end, "link_healed", name)
+
 
 @register_fault("degrade")
 class Degrade(FaultKind):
@@ -101,3 +110,12 @@ class Degrade(FaultKind):
         link = link_of(ctx, name, "changing a link")
         link.set_params(link.params.replace(**state))
         ctx.event("link_restored", name, **state)
+
+    def apply_virtual(self, vf: VirtualFaults, name: str, t: float, rnd: int) -> None:
+        """Link values changed from ``t`` (for ``duration_s``, or to the end)."""
+        changes, d = self.params.changes(), self.params.duration_s
+        end = None if d is None else t + float(d)
+        vf.change_link(name, t, end, changes)
+        vf.later(t, "link_degraded", name, duration_s=d, **changes)
+        if end is not None:
+            vf.later(end, "link_restored", name)

@@ -2,17 +2,22 @@
 
 Each acts through the backend's node handle (:class:`testbed.backends.base.NodeHandle`):
 ``kill``/``start`` for the node's process (or container), ``set_control`` for the live
-controls its ClientApp reads at every task (slowdown, misconfiguration).
+controls its ClientApp reads at every task (slowdown, misconfiguration). On the
+simulation's virtual clock (``apply_virtual``): down spans, a compute factor per round,
+the same control file.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
 from nodes.device_control import NodeControl
 from testbed.faults.base import FaultContext, FaultKind, FaultParams, register_fault
+
+if TYPE_CHECKING:
+    from testbed.simulation.vfaults import VirtualFaults
 
 DOWN_EFFECTS = ("node_down", "node_restarted", "node_rejoined")
 RESTORE_POLL_S = 1.0  # how often a throttled straggler checks whether its rounds are over
@@ -51,10 +56,16 @@ class MisconfigParams(FaultParams):
     rounds: int | None = Field(None, ge=1, description="rounds affected (None: to the end)")
 
 
+def covered(phase: str, rnd: int, rounds: int | None) -> tuple[int, int | None]:
+    """First and last round a fault that lasts ``rounds`` rounds applies to (last None:
+    to the end) when it fires in round ``rnd`` (``phase`` of its trigger)."""
+    first = max(rnd, 1) if phase == "during" else rnd + 1
+    return first, None if rounds is None else first + rounds - 1
+
+
 def until_round(ctx: FaultContext, phase: str, rounds: int | None) -> int | None:
     """Last round a fault that lasts ``rounds`` rounds applies to (None: to the end)."""
-    start = max(ctx.round, 1) if phase == "during" else ctx.round + 1
-    return None if rounds is None else start + rounds - 1
+    return covered(phase, ctx.round, rounds)[1]
 
 
 @register_fault("crash")
@@ -70,6 +81,10 @@ class Crash(FaultKind):
         assert name is not None
         ctx.backend.node(name).kill()
         ctx.node_down(name, "crash (never returns)", self.name)
+
+    def apply_virtual(self, vf: VirtualFaults, name: str, t: float, rnd: int) -> None:
+        """Down from ``t`` on."""
+        vf.down(name, t, None, rnd=rnd, kind=self.spec.kind, why="crash (never returns)")
 
 
 @register_fault("outage")
@@ -95,6 +110,18 @@ class Outage(FaultKind):
         ctx.backend.node(name).start()
         ctx.node_restarted(name)
 
+    def apply_virtual(self, vf: VirtualFaults, name: str, t: float, rnd: int) -> None:
+        """Down during ``[t, t + duration_s)``."""
+        self._down_cycles(vf, name, t, rnd, 1)
+
+    def _down_cycles(self, vf: VirtualFaults, name: str, t: float, rnd: int, n: int) -> None:
+        """``n`` times down ``duration_s`` then up ``duration_s``, from ``t``."""
+        d = float(self.params.duration_s)
+        why = f"{self.spec.kind} for {d} s"
+        for k in range(n):
+            start = t + 2 * k * d
+            vf.down(name, start, start + d, rnd=rnd, kind=self.spec.kind, why=why)
+
 
 @register_fault("flapping")
 class Flapping(Outage):
@@ -114,6 +141,10 @@ class Flapping(Outage):
                 ctx.later(self.undo_after_s(), lambda: self.undo(ctx, name, cycle + 1))
 
             ctx.later(self.undo_after_s(), again)
+
+    def apply_virtual(self, vf: VirtualFaults, name: str, t: float, rnd: int) -> None:
+        """``repeat`` times down ``duration_s`` then up ``duration_s``, from ``t``."""
+        self._down_cycles(vf, name, t, rnd, int(self.params.repeat))
 
 
 @register_fault("straggler")
@@ -159,6 +190,12 @@ class Straggler(FaultKind):
 
         ctx.later(RESTORE_POLL_S, check)
 
+    def apply_virtual(self, vf: VirtualFaults, name: str, t: float, rnd: int) -> None:
+        """Compute x ``factor`` in the rounds it covers."""
+        first, last = covered(self.spec.phase, rnd, self.params.rounds)
+        vf.slow(name, first, last, float(self.params.factor))
+        vf.later(t, "straggler_set", name, factor=self.params.factor, until_round=last)
+
 
 @register_fault("misconfig")
 class Misconfig(FaultKind):
@@ -176,3 +213,11 @@ class Misconfig(FaultKind):
         control = NodeControl(misconfig=p.mode, factor=p.factor or 1.0, until_round=until)
         ctx.backend.node(name).set_control(control)
         ctx.event("misconfig_set", name, mode=p.mode, factor=p.factor, until_round=until)
+
+    def apply_virtual(self, vf: VirtualFaults, name: str, t: float, rnd: int) -> None:
+        """The ClientApp's control file (as on the local backend) from its first round."""
+        p = self.params
+        first, last = covered(self.spec.phase, rnd, p.rounds)
+        control = NodeControl(misconfig=p.mode, factor=p.factor or 1.0, until_round=last)
+        vf.control(name, first, control)
+        vf.later(t, "misconfig_set", name, mode=p.mode, factor=p.factor, until_round=last)

@@ -15,6 +15,10 @@ class SuperlinkRestart(FaultKind):
     target = "server"
     label = "SuperLink restart"
     marker = "circle"
+    not_simulated = (
+        "there is no SuperLink to restart (Flower's Simulation Engine keeps its LinkState "
+        "in memory, in the simulation's own process)"
+    )
 
     def apply(self, ctx: FaultContext, name: str | None) -> None:
         ctx.backend.restart_superlink()

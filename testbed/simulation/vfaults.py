@@ -2,18 +2,12 @@
 
 The local backend's chaos engine (:mod:`testbed.chaos`) acts on processes and links
 at wall instants. The simulation has neither, so each fault becomes what it does to
-a client on virtual time (seconds since the fleet was ready):
-
-=============  ===============================================================
-crash          down from the trigger on (never returns)
-outage         down for ``duration_s``
-flapping       ``repeat`` times down ``duration_s`` then up ``duration_s``
-pause          frozen for ``duration_s`` (compute and link stop, nothing lost)
-partition      link partitioned for ``duration_s`` (traffic held, then sent)
-degrade        link values changed (for ``duration_s``, or to the end)
-straggler      compute x ``factor`` in the rounds it covers
-misconfig      the ClientApp's control file (as on the local backend) in its rounds
-=============  ===============================================================
+a client on virtual time (seconds since the fleet was ready). What that is, each kind
+says itself (:meth:`testbed.faults.FaultKind.apply_virtual`, in its own file under
+``testbed/faults/``): it books its effect here, through :class:`VirtualFaults`
+(``down``, ``freeze``, ``change_link``, ``slow``, ``control``) and its events with
+``later``; a kind that keeps the base's ``apply_virtual`` is refused by
+:func:`check_faults` with the kind's reason (``superlink-restart``: no SuperLink runs).
 
 A down client is not sampled at a round's start; one that goes down during its
 exchange loses it (its reply is withheld: ``failed``). Triggers are those of the chaos
@@ -26,39 +20,42 @@ as the chaos engine draws). Events are the chaos engine's, with ``virtual_t_s``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from nodes.device_control import NodeControl, write_control
 from nodes.fl.telemetry import Telemetry
+from testbed.faults import FAULT_KINDS
 from testbed.simulation.timeline import INF, Override, first_overlap
-from testbed.spec.models import FaultSpec
 
-#: Fault kinds the simulation decides on virtual time; any other kind is refused.
-SIMULATED_KINDS = (
-    "crash",
-    "outage",
-    "flapping",
-    "pause",
-    "partition",
-    "degrade",
-    "straggler",
-    "misconfig",
-)
+if TYPE_CHECKING:
+    from testbed.spec.models import FaultSpec
+
+
+def simulated_kinds() -> list[str]:
+    """The registered fault kinds the simulation decides on virtual time (their class
+    overrides :meth:`testbed.faults.FaultKind.apply_virtual`)."""
+    return [name for name in FAULT_KINDS if FAULT_KINDS[name].simulated()]
 
 
 def check_faults(faults: Sequence[FaultSpec]) -> None:
-    """ValueError naming ``faults[i].kind`` for a kind the simulation cannot decide."""
+    """ValueError naming ``faults[i].kind`` for each kind the simulation cannot decide
+    (the kind's class has no virtual effect), with the class's reason."""
+    problems = []
     for i, f in enumerate(faults):
-        if f.kind not in SIMULATED_KINDS:
-            raise ValueError(
-                f"faults[{i}].kind: {f.kind!r} cannot be simulated by --backend simulation "
-                f"(simulated kinds: {', '.join(SIMULATED_KINDS)}); run it on --backend local"
+        cls = FAULT_KINDS[f.kind]
+        if not cls.simulated():
+            problems.append(
+                f"faults[{i}].kind: {f.kind!r} cannot be simulated by --backend simulation: "
+                f"{cls.not_simulated} (simulated kinds: {', '.join(simulated_kinds())}); "
+                "run it on --backend local"
             )
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 @dataclass
@@ -100,7 +97,7 @@ class VirtualFaults:
     Parameters
     ----------
     faults : sequence of FaultSpec
-        The schedule (kinds in :data:`SIMULATED_KINDS`).
+        The schedule (kinds that are :func:`simulated_kinds`).
     tiers : dict of str to str
         Tier of every client node, by name (targets by ``tier``).
     seed : int
@@ -197,92 +194,51 @@ class VirtualFaults:
 
     # -- firing ----------------------------------------------------------------------
     def fire(self, f: FaultSpec, t: float, source: str, rnd: int) -> None:
-        """Apply ``f`` at virtual ``t`` to each target; ``rnd`` is the round it counts
+        """Apply ``f`` at virtual ``t`` to each target (its kind's
+        :meth:`~testbed.faults.FaultKind.apply_virtual`); ``rnd`` is the round it counts
         in (the chaos engine's current round when it fires)."""
+        kind = FAULT_KINDS[f.kind](f)
         spec = json.loads(f.model_dump_json(exclude_none=True))
         for name in self.targets(f):
             self.later(t, "fault_injected", name, kind=f.kind, source=source, spec=spec)
-            APPLY[f.kind](self, f, name, t, rnd)
+            kind.apply_virtual(self, name, t, rnd)
 
-    def _down(self, name: str, kind: str, span: tuple[float, float], rnd: int, why: str) -> None:
-        start, end = span
-        self.of(name).down.append((start, end, why))
+    # -- what a kind books (FaultKind.apply_virtual) -----------------------------------
+    def down(
+        self, name: str, start: float, end: float | None, *, rnd: int, kind: str, why: str
+    ) -> None:
+        """Client ``name`` down during ``[start, end)`` (None: never returns) because of
+        ``why``: ``node_down``, and ``node_restarted`` / ``node_rejoined`` once back."""
+        stop = INF if end is None else end
+        self.of(name).down.append((start, stop, why))
         self.later(start, "node_down", name, reason=why)
-        if end < INF:
-            self.later(end, "node_restarted", name, down_s=end - start)
-            self.rejoin[name] = (end, rnd, kind)
+        if stop < INF:
+            self.later(stop, "node_restarted", name, down_s=stop - start)
+            self.rejoin[name] = (stop, rnd, kind)
 
-    @staticmethod
-    def _rounds(f: FaultSpec, rnd: int, rounds: int | None) -> tuple[int, int | None]:
-        """First and last round a straggler/misconfig covers (chaos' ``until_round``)."""
-        first = max(rnd, 1) if f.phase == "during" else rnd + 1
-        return first, None if rounds is None else first + rounds - 1
+    def freeze(self, name: str, start: float, end: float) -> None:
+        """Client ``name`` frozen during ``[start, end)``: its compute stops (its link
+        does not, unless the kind changes it too)."""
+        self.of(name).frozen.append((start, end))
+        self.of(name).frozen.sort()
+
+    def change_link(
+        self, name: str, start: float, end: float | None, changes: Mapping[str, Any]
+    ) -> None:
+        """Client ``name``'s link takes ``changes`` (:class:`LinkParams` fields, or
+        ``partitioned: True``) during ``[start, end)`` (None: to the end of the run)."""
+        self.of(name).overrides.append(Override(start, INF if end is None else end, changes))
+
+    def slow(self, name: str, first: int, last: int | None, factor: float) -> None:
+        """Client ``name``'s compute x ``factor`` in rounds ``first`` to ``last``
+        (None: to the end of the run)."""
+        self.of(name).slow.append((first, last, factor))
+
+    def control(self, name: str, first: int, control: NodeControl) -> None:
+        """Client ``name``'s ClientApp reads ``control`` from round ``first`` on (its
+        control file, written when that round starts, as on the local backend)."""
+        self.controls.append((first, name, control))
 
     def _write_control(self, name: str, control: NodeControl) -> None:
         if self.control_dir is not None:
             write_control(self.control_dir / f"{self.pid[name]}.json", control)
-
-
-def _crash(vf: VirtualFaults, f: FaultSpec, name: str, t: float, rnd: int) -> None:
-    vf._down(name, f.kind, (t, INF), rnd, "crash (never returns)")
-
-
-def _outage(vf: VirtualFaults, f: FaultSpec, name: str, t: float, rnd: int) -> None:
-    d = float(f.params.duration_s)
-    repeat = int(f.params.repeat) if f.kind == "flapping" else 1
-    for k in range(repeat):
-        span = (t + 2 * k * d, t + (2 * k + 1) * d)
-        vf._down(name, f.kind, span, rnd, f"{f.kind} for {d} s")
-
-
-def _pause(vf: VirtualFaults, f: FaultSpec, name: str, t: float, rnd: int) -> None:
-    d = float(f.params.duration_s)
-    vf.of(name).frozen.append((t, t + d))
-    vf.of(name).frozen.sort()
-    vf.of(name).overrides.append(Override(t, t + d, {"partitioned": True}))  # nothing sent
-    vf.later(t, "node_paused", name, duration_s=d)
-    vf.later(t + d, "node_resumed", name)
-
-
-def _partition(vf: VirtualFaults, f: FaultSpec, name: str, t: float, rnd: int) -> None:
-    d = float(f.params.duration_s)
-    vf.of(name).overrides.append(Override(t, t + d, {"partitioned": True}))
-    vf.later(t, "link_partitioned", name, duration_s=d)
-    vf.later(t + d, "link_healed", name)
-
-
-def _degrade(vf: VirtualFaults, f: FaultSpec, name: str, t: float, rnd: int) -> None:
-    changes = f.params.changes()
-    d = f.params.duration_s
-    end = INF if d is None else t + float(d)
-    vf.of(name).overrides.append(Override(t, end, changes))
-    vf.later(t, "link_degraded", name, duration_s=d, **changes)
-    if end < INF:
-        vf.later(end, "link_restored", name)
-
-
-def _straggler(vf: VirtualFaults, f: FaultSpec, name: str, t: float, rnd: int) -> None:
-    first, last = vf._rounds(f, rnd, f.params.rounds)
-    vf.of(name).slow.append((first, last, float(f.params.factor)))
-    vf.later(t, "straggler_set", name, factor=f.params.factor, until_round=last)
-
-
-def _misconfig(vf: VirtualFaults, f: FaultSpec, name: str, t: float, rnd: int) -> None:
-    p = f.params
-    first, last = vf._rounds(f, rnd, p.rounds)
-    control = NodeControl(misconfig=p.mode, factor=p.factor or 1.0, until_round=last)
-    vf.controls.append((first, name, control))
-    vf.later(t, "misconfig_set", name, mode=p.mode, factor=p.factor, until_round=last)
-
-
-APPLY: dict[str, Callable[[VirtualFaults, FaultSpec, str, float, int], None]] = {
-    "crash": _crash,
-    "outage": _outage,
-    "flapping": _outage,
-    "pause": _pause,
-    "partition": _partition,
-    "degrade": _degrade,
-    "straggler": _straggler,
-    "misconfig": _misconfig,
-}
-assert set(APPLY) == set(SIMULATED_KINDS)

@@ -16,6 +16,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -26,6 +27,7 @@ from nodes.compression.config import CompressSpec
 from nodes.fl.config import FLSpec
 from nodes.frozen import Frozen
 from radio.config import MmwaveLinkSpec, SemanticMuxSpec
+from testbed.faults.base import FaultParams
 from testbed.functions.config import FunctionsSpec
 from testbed.simulation.config import SimulationSpec
 from testbed.space.config import SpaceSpec
@@ -220,9 +222,11 @@ class FleetSpec(Frozen):
 class FaultSpec(Frozen):
     """A fault: what, on whom, when.
 
-    ``kind`` is a registered fault kind (:data:`testbed.faults.FAULT_KINDS`); the
-    kind's own parameters model validates its fields (``duration_s``, ``factor`` ...;
-    a kind may add fields of its own), each error naming its YAML path.
+    ``kind`` is a registered fault kind (:data:`testbed.faults.FAULT_KINDS`); every
+    other key of the fault's YAML entry is a parameter of the kind, validated by the
+    kind's own ``Params`` model (:func:`kind_params`), each error naming its YAML path.
+    ``params`` is that validated model (``f.params.duration_s``); a dump of the fault
+    shows the parameters beside the trigger, as in the YAML.
 
     Triggers (exactly one): ``at_round`` (``phase: before`` fires when round
     ``at_round - 1`` ends, i.e. before the round's messages go out; ``during`` fires
@@ -231,7 +235,7 @@ class FaultSpec(Frozen):
     Targets: ``node`` (a node name, or a node id replicated with ``count``) or ``tier``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(frozen=True, extra="allow")  # the kind's parameters
 
     kind: str
     node: str | None = None
@@ -241,15 +245,7 @@ class FaultSpec(Frozen):
     probability: float | None = Field(None, ge=0, le=1)
     phase: Literal["before", "during"] = "before"
     delay_s: float = Field(1.0, ge=0, description="phase 'during': seconds after round start")
-    duration_s: float | None = Field(None, gt=0, description="outage/partition/flapping down time")
-    rounds: int | None = Field(None, ge=1, description="straggler/misconfig: rounds affected")
-    factor: float | None = Field(None, gt=0, description="straggler slowdown; misconfig param")
-    mode: Literal["lr", "label-flip", "noise", "nan"] | None = None
-    bandwidth_mbps: float | None = Field(None, gt=0, description="degrade: new bandwidth")
-    latency_ms: float | None = Field(None, ge=0, description="degrade: new latency")
-    jitter_ms: float | None = Field(None, ge=0, description="degrade: new jitter")
-    loss_pct: float | None = Field(None, ge=0, lt=100, description="degrade: new loss")
-    repeat: int = Field(3, ge=1, description="flapping: down/up cycles")
+    _params: FaultParams = PrivateAttr()
 
     @field_validator("kind")
     @classmethod
@@ -262,7 +258,9 @@ class FaultSpec(Frozen):
     @classmethod
     def _kind_params(cls, data: Any, handler: ModelWrapValidatorHandler[FaultSpec]) -> FaultSpec:
         self = handler(data)
-        kind_params(self)  # ValidationError located at this fault's fields
+        self._params = kind_params(self)  # ValidationError located at this fault's fields
+        # the extras become the kind's validated parameters, defaults included
+        object.__setattr__(self, "__pydantic_extra__", self._params.model_dump())
         return self
 
     @model_validator(mode="after")
@@ -278,24 +276,18 @@ class FaultSpec(Frozen):
         return self
 
     @property
-    def params(self) -> Any:
+    def params(self) -> FaultParams:
         """The kind's validated parameters (an instance of the kind's ``Params``)."""
-        return kind_params(self)
+        return self._params
 
 
-#: Fields of a fault that say when and on whom, not how (every kind has them).
-TRIGGER_FIELDS = frozenset(
-    {"kind", "node", "tier", "at_round", "at_time_s", "probability", "phase", "delay_s"}
-)
+def kind_params(f: FaultSpec) -> FaultParams:
+    """Validate the parameters of fault ``f`` (its keys beyond the trigger and target)
+    with its kind's ``Params`` model.
 
-
-def kind_params(f: FaultSpec) -> Any:
-    """Validate the fields of fault ``f`` its kind declares with the kind's model.
-
-    Fields the spec declares for other kinds and leaves unset (None) are not passed;
-    a parameter field set to a value other than its default for a kind that does not
-    declare it (``factor: 2`` on a crash) and an extra key no kind declares are errors
-    unless ``f``'s kind declares them.
+    A key the kind does not declare is an error (``factor: 2`` on a crash) unless it is
+    a parameter of another registered kind left at that kind's default (``null``, or
+    ``repeat: 3``): experiments/reference.yaml shows every kind's keys on one fault.
     Raises ``pydantic.ValidationError`` whose locations are the fault's field names.
     """
     from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -303,15 +295,8 @@ def kind_params(f: FaultSpec) -> Any:
     from testbed.faults import FAULT_KINDS
 
     model = FAULT_KINDS[f.kind].Params
-    fields = FaultSpec.model_fields
-    given = {
-        k
-        for k in (f.model_fields_set & fields.keys()) - TRIGGER_FIELDS  # (extras: below)
-        if getattr(f, k) != fields[k].default  # (experiments/reference.yaml shows defaults)
-    } | set(model.model_fields)
-    values = {k: getattr(f, k) for k in FaultSpec.model_fields if k in given}
-    values = {k: v for k, v in values.items() if v is not None}
-    values.update(f.model_extra or {})
+    given = f.model_extra or {}
+    values = {k: v for k, v in given.items() if k in model.model_fields or not _idle(k, v)}
     try:
         return model.model_validate(values)
     except ValidationError as e:
@@ -327,6 +312,20 @@ def kind_params(f: FaultSpec) -> Any:
             for x in e.errors()
         ]
         raise ValidationError.from_exception_data("FaultSpec", errors) from None
+
+
+def _idle(key: str, value: Any) -> bool:
+    """Whether ``key: value`` is a parameter of a registered fault kind at its default
+    (None counts as unset): shown, meaning nothing for a kind without it."""
+    from testbed.faults import FAULT_KINDS
+
+    if value is None:
+        return any(key in FAULT_KINDS[k].Params.model_fields for k in FAULT_KINDS)
+    for name in FAULT_KINDS:
+        field = FAULT_KINDS[name].Params.model_fields.get(key)
+        if field is not None and not field.is_required() and field.default == value:
+            return True
+    return False
 
 
 def _param_message(kind: str, model: Any, err: Any) -> str:

@@ -1,54 +1,131 @@
-"""Faults decided on virtual time (no Ray): what each kind does to a client's rounds."""
+"""Faults decided on virtual time (no Ray): what each kind does to a client's rounds,
+played through the clocked grid (testbed/simulation/grid.py on Flower's in-memory grid
+and LinkState) as a simulation run plays them."""
 
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
+from typing import Any, Literal
+from uuid import uuid4
 
 import pytest
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.proto.task_pb2 import Task
+from flwr.server.superlink.fleet.vce import vce_api
+from flwr.server.superlink.linkstate import LinkStateFactory
+from flwr.server.superlink.linkstate.in_memory_linkstate import RunRecord
+from flwr.supercore.constant import FLWR_IN_MEMORY_DB_NAME
+from flwr.supercore.object_store import ObjectStoreFactory
+from flwr.superlink.federation import NoOpFederationManager
+from flwr.superlink.grid.inmemory_grid import InMemoryGrid
+from pydantic import Field
 
 from nodes.fl.telemetry import Telemetry
+from testbed.faults import FaultKind, FaultParams, register_fault
+from testbed.simulation import vfaults
 from testbed.simulation.clock import ClientModel, VirtualClock
+from testbed.simulation.grid import ClockedGrid
+from testbed.simulation.runner import simulation_run
 from testbed.simulation.vfaults import VirtualFaults
 from testbed.spec.models import FaultSpec
 
 DEADLINE_S = 10.0
+MB = 1_000_000  # payload bytes each way (1 s at the clients' 8 Mbit/s)
 NAMES = ["edge-1", "edge-2", "edge-3", "fog-1"]
+
+
+class Tel(Telemetry):
+    """The run's telemetry, with its path (the test reads its events back)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.path = path
 
 
 def make(tmp_path: Path, *faults: dict[str, object]) -> tuple[VirtualClock, Path]:
     path = tmp_path / "telemetry.jsonl"
     tiers = {n: n.split("-")[0] for n in NAMES}
     vf = VirtualFaults(
-        [FaultSpec.model_validate(f) for f in faults], tiers, 3, Telemetry(path), tmp_path / "c"
+        [FaultSpec.model_validate(f) for f in faults], tiers, 3, Tel(path), tmp_path / "c"
     )
     model = ClientModel(bandwidth_mbps=8.0, latency_ms=0.0)
     return VirtualClock(dict.fromkeys(NAMES, model), DEADLINE_S, 0.0, 3, vf), path
 
 
 def play(clock: VirtualClock, rounds: int, compute_s: float = 1.0) -> dict[tuple[int, str], str]:
-    """Rounds as the grid plays them: sampling at the start, exchanges, round end."""
-    vf, t, out = clock.faults, 0.0, {}
-    assert vf is not None
-    for r in range(1, rounds + 1):
-        vf.round_started(r, t, DEADLINE_S)
-        slowest = 0.0
-        for pid, n in enumerate(NAMES):
-            if clock.down_reason(n, t, t) is not None:
-                out[(r, n)] = "excluded"
-                continue
-            ex = clock.exchange(n, pid, r, t, compute_s, 1_000_000, 1_000_000)
-            ok = ex.lost is None and ex.seconds <= DEADLINE_S
-            out[(r, n)] = "completed" if ok else ("lost" if ex.lost else "late")
-            slowest = max(slowest, ex.seconds) if ok else DEADLINE_S
-            if ok:
-                vf.completed(n, r, t + ex.seconds)
-        t += slowest
-        vf.round_ended(r, t)
+    """Train rounds through the clocked grid (:class:`ClockedGrid` on Flower's in-memory
+    grid and LinkState, no Ray: a thread answers as the Simulation Engine's workers do,
+    1 MB each way, ``compute_s`` of measured training). Statuses as the recording
+    strategy and the store see them: ``excluded`` (not listed by ``get_node_ids``, so not
+    sampled), ``completed`` (reply kept), ``lost`` (``exchange_lost``), else ``late``."""
+    tel = clock.faults.tel if clock.faults else None
+    assert isinstance(tel, Tel)
+    factory = LinkStateFactory(
+        FLWR_IN_MEMORY_DB_NAME, NoOpFederationManager(), ObjectStoreFactory()
+    )
+    mapping = vce_api._register_nodes(num_nodes=len(NAMES), state_factory=factory)
+    run = simulation_run(11, {})
+    state: Any = factory.state()
+    state.run_ids[run.run_id] = RunRecord(run=run)
+    state.task_store[run.run_id] = Task(task_id=run.run_id, run_id=run.run_id)
+    grid = InMemoryGrid(factory)
+    grid.set_run(run)
+    grid.pull_interval = 0.01
+    clocked = ClockedGrid(grid, clock, NAMES, tel, 30.0, mapping)
+    clocked.arm()  # (the ServerApp arms it once its fleet has registered)
+    payload = ArrayRecord(array_dict={"w": Array("uint8", (MB,), "numpy.ndarray", bytes(MB))})
+    stop = threading.Event()
+
+    def answer() -> None:  # the Simulation Engine's workers
+        while not stop.wait(0.005):
+            for node_id in mapping:
+                for msg in state.get_message_ins(node_id=node_id, limit=1):
+                    metrics = MetricRecord({"train-cpu-s": compute_s})
+                    content = RecordDict({"metrics": metrics, "arrays": payload})
+                    reply = Message(content, reply_to=msg)
+                    reply.metadata.__dict__["_message_id"] = str(uuid4())
+                    state.store_message_res(reply)
+
+    thread = threading.Thread(target=answer)
+    thread.start()
+    name = {n: NAMES[p] for n, p in mapping.items()}
+    out: dict[tuple[int, str], str] = {}
+    try:
+        for r in range(1, rounds + 1):
+            ids = list(grid.get_node_ids())  # the round's sampling
+            cfg = ConfigRecord({"server-round": r})
+            msgs = [
+                Message(RecordDict({"config": cfg, "arrays": payload}), i, MessageType.TRAIN)
+                for i in ids
+            ]
+            kept = {name[m.metadata.src_node_id] for m in grid.send_and_receive(msgs)}
+            lost = {e["node"] for e in events(tel.path) if e["name"] == "exchange_lost"
+                    and e["round"] == r}  # fmt: skip
+            sampled = {name[i] for i in ids}
+            for n in NAMES:
+                out[(r, n)] = (
+                    "excluded" if n not in sampled
+                    else "completed" if n in kept
+                    else "lost" if n in lost
+                    else "late"
+                )  # fmt: skip
+    finally:
+        stop.set()
+        thread.join()
     return out
 
 
-def events(path: Path) -> list[dict[str, object]]:
+def events(path: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in path.read_text().splitlines() if '"event"' in x]
 
 
@@ -135,3 +212,79 @@ def test_pause_delays_without_losing(tmp_path: Path) -> None:
     clock.faults.round_started(1, 0.0, DEADLINE_S)
     ex = clock.exchange("edge-1", 0, 1, 0.0, 1.0, 1_000_000, 1_000_000)
     assert ex.lost is None and ex.seconds == pytest.approx(5.0 + 3.0)
+
+
+# -- a kind's virtual effect is its class's (FaultKind.apply_virtual) ------------------
+class BlackoutParams(FaultParams):
+    duration_s: float = Field(gt=0, description="seconds without power")
+    mode: Literal["dark", "dim"] = Field(description="dark: down; dim: compute x 4")
+
+
+@register_fault("blackout")
+class Blackout(FaultKind):
+    """The node's site loses power: down for ``duration_s`` (dark), or its compute is 4
+    times slower in the round it fires in (dim). Defined here, not in testbed/."""
+
+    Params = BlackoutParams
+    label = "blackout (site power lost)"
+
+    def apply_virtual(self, vf: VirtualFaults, name: str, t: float, rnd: int) -> None:
+        d = float(self.params.duration_s)
+        if self.params.mode == "dark":
+            vf.down(name, t, t + d, rnd=rnd, kind=self.spec.kind, why=f"blackout for {d} s")
+        else:
+            vf.slow(name, rnd + 1, rnd + 1, 4.0)
+        vf.later(t, "blackout", name, mode=self.params.mode)
+
+
+@register_fault("reboot")
+class Reboot(FaultKind):
+    """A kind with no effect on the virtual clock (the base's apply_virtual)."""
+
+    not_simulated = "a reboot needs the node's real firmware"
+
+
+def test_a_kind_defined_here_is_decided_on_the_virtual_clock(tmp_path: Path) -> None:
+    """Blackout lives in this file only: vfaults.py does not name it, yet the clock
+    excludes the dark node while it is down and makes the dim node late in its round."""
+    assert "blackout" not in Path(vfaults.__file__).read_text()
+    dark = {"kind": "blackout", "node": "edge-1", "at_round": 2, "duration_s": 6.0, "mode": "dark"}
+    dim = {"kind": "blackout", "node": "fog-1", "at_round": 3, "duration_s": 1.0, "mode": "dim"}
+    vfaults.check_faults([FaultSpec.model_validate(f) for f in (dark, dim)])  # simulated
+    assert "blackout" in vfaults.simulated_kinds() and "reboot" not in vfaults.simulated_kinds()
+    clock, tel = make(tmp_path, dark, dim)
+    st = play(clock, 5, compute_s=3.0)  # rounds of 5 s: edge-1 down in [5, 11)
+    assert [st[(r, "edge-1")] for r in range(1, 6)] == [
+        "completed",
+        "excluded",
+        "excluded",
+        "completed",
+        "completed",
+    ]
+    # fog-1: compute 12 s instead of 3 s in round 3 only: past the 10 s deadline
+    assert [st[(r, "fog-1")] for r in range(1, 6)] == ["completed"] * 2 + ["late"] + [
+        "completed"
+    ] * 2
+    names = [(e["name"], e["node"]) for e in events(tel)]
+    assert ("blackout", "edge-1") in names and ("node_rejoined", "edge-1") in names
+
+
+def test_a_kind_without_a_virtual_effect_is_refused_naming_the_field() -> None:
+    faults = [
+        FaultSpec.model_validate({"kind": "crash", "node": "edge-1", "at_round": 2}),
+        FaultSpec.model_validate({"kind": "reboot", "node": "edge-2", "at_round": 2}),
+        FaultSpec.model_validate({"kind": "superlink-restart", "at_round": 3}),
+    ]
+    with pytest.raises(ValueError) as e:
+        vfaults.check_faults(faults)
+    text = str(e.value)
+    assert text.startswith("faults[1].kind: 'reboot' cannot be simulated")
+    assert "a reboot needs the node's real firmware" in text
+    assert "faults[2].kind: 'superlink-restart'" in text and "no SuperLink" in text
+    assert "faults[0]" not in text
+    with pytest.raises(NotImplementedError, match="real firmware"):
+        Reboot(faults[1]).apply_virtual(make_vf(), "edge-2", 0.0, 1)
+
+
+def make_vf() -> VirtualFaults:
+    return VirtualFaults([], dict.fromkeys(NAMES, "edge"), 0, Telemetry(None))

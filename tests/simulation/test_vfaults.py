@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from nodes.fl.telemetry import Telemetry
+from testbed.emulation.link import LinkParams
 from testbed.simulation.clock import ClientModel, VirtualClock
 from testbed.simulation.vfaults import VirtualFaults
 from testbed.spec.models import FaultSpec
@@ -22,7 +23,7 @@ def make(tmp_path: Path, *faults: dict[str, object]) -> tuple[VirtualClock, Path
     vf = VirtualFaults(
         [FaultSpec.model_validate(f) for f in faults], tiers, 3, Telemetry(path), tmp_path / "c"
     )
-    model = ClientModel(bandwidth_mbps=8.0, latency_ms=0.0)
+    model = ClientModel(params=LinkParams(bandwidth_mbps=8.0, latency_ms=0.0))
     return VirtualClock(dict.fromkeys(NAMES, model), DEADLINE_S, 0.0, 3, vf), path
 
 

@@ -26,7 +26,8 @@ time, as the local backend's device emulation uses it; ``train-duration-s``, the
 time, for an app that does not report it), ``stretch = 1 /
 cpu_speed_factor`` of the node's profile (never below 1, as the local backend's
 emulated wait), the link is :class:`testbed.simulation.timeline.LinkTimeline` (the
-node's link, its schedule or satellite passes, and the faults' changes). A client down
+node's link, its schedule or satellite passes, as its link kind priced them:
+:mod:`testbed.simulation.links`; and the faults' changes). A client down
 (crash, outage, flapping, availability trace) anywhere in ``[T, T + virtual_client_s]``
 loses its exchange. See :mod:`testbed.simulation.grid` for what is done with it.
 """

@@ -2,7 +2,8 @@
 
 The simulation's link model (modelled, not measured). A link is a list of segments
 ``(start_s, LinkParams)`` on the run's virtual time (seconds since the fleet was
-ready): the node's own ``schedule``, its satellite passes, and the changes faults make
+ready): the node's own ``schedule`` and its satellite passes as its link kind priced
+them (:mod:`testbed.simulation.links`), and the changes faults make
 (``partition``: ``partitioned``; ``degrade``: new values for a while). A transfer of
 ``n`` bytes starting at ``t``:
 

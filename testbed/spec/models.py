@@ -96,8 +96,8 @@ class LinkSpec(LinkState):
         return self.kind or ("mmwave" if self.mmwave is not None else mode)
 
     def link_options(self) -> dict[str, Any]:
-        """Keyword arguments of its kind's factory beyond the common ones (mmwave:
-        ``radio``)."""
+        """Keyword arguments of its kind's ``build``, ``build_in_container`` and ``price``
+        beyond the common ones (mmwave: ``radio``)."""
         return {"radio": self.mmwave} if self.mmwave is not None else {}
 
     def link_schedule(self) -> LinkSchedule:

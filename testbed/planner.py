@@ -108,3 +108,11 @@ def make_plan(exp: Experiment, seed: int | None = None) -> Plan:
             )
             pid += role == "client"
     return Plan(exp.name, exp.seed if seed is None else seed, tuple(nodes), exp, tuple(exp.faults))
+
+
+def link_kind_path(exp: Experiment, name: str) -> str:
+    """The YAML path that gives node ``name``'s link its kind (for errors):
+    :meth:`~testbed.spec.models.LinksSpec.kind_path`."""
+    fleet = exp.fleet.nodes if exp.fleet else []
+    spec = next(s for s in fleet if name in s.names())
+    return exp.links.kind_path(name, spec, links_lead_to(exp))

@@ -35,13 +35,15 @@ from nodes.fl.telemetry import Telemetry
 from nodes.frozen import Frozen
 from testbed.backends import register_backend
 from testbed.backends.local import LocalBackend
-from testbed.emulation.kinds import LINK_KINDS
-from testbed.emulation.link import Link, LinkParams
+from testbed.emulation.kinds import LINK_KINDS, LinkEnds, LinkKind, link_kind, register_link_kind
+from testbed.emulation.link import Link, LinkParams, LinkSchedule
 from testbed.emulation.proxy import ShapingProxy
 from testbed.faults import FaultContext, FaultKind, FaultParams, register_fault
 from testbed.functions.placement import Job, Placement, Site, place, policy
+from testbed.planner import make_plan
 from testbed.procs import Popen
 from testbed.runner import run_experiment
+from testbed.simulation.links import check_links, client_model
 from testbed.simulation.vfaults import VirtualFaults, check_faults
 from testbed.spec.loader import SpecError, parse_spec
 from testbed.store import RunStore
@@ -103,26 +105,25 @@ class Leave(FaultKind):
         vf.down(name, t, None, rnd=rnd, kind=self.spec.kind, why="left the federation")
 
 
-# -- a link kind (testbed/emulation/kinds.py LinkFactory) ------------------------------
+# -- a link kind (testbed/emulation/kinds.py LinkKind) ---------------------------------
 CAP_MBPS = 20.0
+LOAD_SLACK_S = 1.5  # what a loaded 2-core host may add to a 0.1 s transfer
 
 
-@LINK_KINDS.register("capped")
-def make_capped(
-    node_name: str,
-    params: LinkParams,
-    *,
-    index: int,
-    seed: int,
-    server_host: str,
-    server_port: int,
-    server_netns: str | None = None,
-    run_tag: str = "",
-) -> Link:
-    """The userspace proxy with its bandwidth capped at ``CAP_MBPS`` (a metered uplink)."""
-    rate = min(params.bandwidth_mbps or CAP_MBPS, CAP_MBPS)
-    capped = params.replace(bandwidth_mbps=rate)
-    return ShapingProxy(node_name, server_host, server_port, capped, seed=seed)
+@register_link_kind("capped")
+class Capped(LinkKind):
+    """The userspace proxy with its bandwidth capped at ``CAP_MBPS`` (a metered uplink),
+    on the host (local and docker backends) and on the virtual clock (simulation)."""
+
+    def cap(self, params: LinkParams) -> LinkParams:
+        return params.replace(bandwidth_mbps=min(params.bandwidth_mbps or CAP_MBPS, CAP_MBPS))
+
+    def build(self, node_name: str, params: LinkParams, ends: LinkEnds, **options: Any) -> Link:
+        capped = self.cap(params)
+        return ShapingProxy(node_name, ends.server_host, ends.server_port, capped, seed=ends.seed)
+
+    def price(self, schedule: LinkSchedule, **options: Any) -> LinkSchedule:
+        return LinkSchedule([(t, self.cap(p)) for t, p in schedule.segments])
 
 
 # -- a backend (testbed/backends/base.py Backend; here a variant of ``local``) ---------
@@ -217,7 +218,7 @@ def test_every_extension_is_registered_by_name() -> None:
     from testbed.workloads import WORKLOADS
 
     assert FAULT_KINDS["leave"] is Leave and schema()["leave"]["label"] == Leave.label
-    assert LINK_KINDS["capped"] is make_capped
+    assert LINK_KINDS["capped"] is Capped
     assert get_backend("local-nice") is NiceLocalBackend
     assert POLICIES["nearest"] is nearest
     assert WORKLOADS["upload"] is Upload
@@ -312,10 +313,14 @@ def test_the_placement_policy_picks_the_nearest_node() -> None:
     assert got.node == "edge-1" and got.backend == "cpu" and got.reason.startswith("nearest")
 
 
-def test_the_link_kind_caps_what_crosses_it() -> None:
-    """256 KB through a ``capped`` link whose YAML bandwidth is 1000 Mbit/s takes at
-    least the time the cap allows."""
+def test_the_link_kind_caps_what_crosses_it_locally_and_on_the_virtual_clock() -> None:
+    """256 KB through a ``capped`` link whose YAML bandwidth is 1000 Mbit/s take at least
+    the time the cap allows, and the simulation prices the same link at that time."""
+    node = make_plan(parse_spec(FL_YAML)).clients[0]  # links.mode: capped, 1000 Mbit/s, 5 ms
+    check_links(parse_spec(FL_YAML))  # the simulation's preflight: capped is priced
     payload = os.urandom(256 * 1024)
+    virtual_s = client_model(node, "capped").link.transfer(0.0, len(payload))
+    assert virtual_s == pytest.approx(0.005 + len(payload) * 8 / (CAP_MBPS * 1e6))
     got = bytearray()
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
@@ -328,9 +333,8 @@ def test_the_link_kind_caps_what_crosses_it() -> None:
 
     reader = threading.Thread(target=sink, daemon=True)
     reader.start()
-    params = LinkParams(bandwidth_mbps=1000.0)
-    link = LINK_KINDS["capped"]("n", params, index=0, seed=0, server_host="127.0.0.1",
-                                server_port=port)  # fmt: skip
+    ends = LinkEnds(index=0, seed=0, server_host="127.0.0.1", server_port=port)
+    link = link_kind("capped").build("n", node.uplink.params(), ends)
     link.start()
     try:
         assert link.params.bandwidth_mbps == CAP_MBPS
@@ -344,7 +348,7 @@ def test_the_link_kind_caps_what_crosses_it() -> None:
         link.stop()
         server.close()
     assert bytes(got) == payload
-    assert elapsed >= 0.8 * len(payload) * 8 / (CAP_MBPS * 1e6)
+    assert 0.8 * virtual_s <= elapsed <= virtual_s + LOAD_SLACK_S
     assert link.counters()["bytes_up"] == len(payload)
 
 

@@ -14,10 +14,11 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import pytest
 
-from testbed.emulation.kinds import LINK_KINDS
+from testbed.emulation.kinds import LINK_KINDS, LinkEnds, link_kind
 from testbed.emulation.link import Link, LinkParams, LinkSchedule, satellite_pass
 from testbed.emulation.proxy import RTO_MIN_S, ShapingProxy
 from testbed.emulation.schedule import ScheduleDriver
@@ -216,10 +217,10 @@ def test_both_link_kinds_satisfy_the_link_protocol() -> None:
     from testbed.emulation.netem import NetemLink
 
     assert {"proxy", "netem"} <= set(LINK_KINDS)
-    kw: dict = {"index": 7, "seed": 1, "server_host": "127.0.0.1", "server_port": 9092}
-    proxy = LINK_KINDS["proxy"]("edge-1", LinkParams(), **kw)
-    netem = LINK_KINDS["netem"](
-        "edge-1", LinkParams(latency_ms=5), server_netns="ct-x-srv", run_tag="ab12", **kw
+    ends = LinkEnds(index=7, seed=1, server_host="127.0.0.1", server_port=9092)
+    proxy = link_kind("proxy").build("edge-1", LinkParams(), ends)
+    netem = link_kind("netem").build(
+        "edge-1", LinkParams(latency_ms=5), replace(ends, server_netns="ct-x-srv", run_tag="ab12")
     )
     assert isinstance(proxy, ShapingProxy) and isinstance(proxy, Link)
     assert isinstance(netem, NetemLink) and isinstance(netem, Link)
@@ -228,20 +229,18 @@ def test_both_link_kinds_satisfy_the_link_protocol() -> None:
     assert netem.name == "ab12n7" and netem.server_netns == "ct-x-srv"  # nothing created yet
     assert netem.params == LinkParams(latency_ms=5)
     assert netem.connect_address(9092) == "10.200.7.6:9092"
-    assert LINK_KINDS["netem"]("edge-1", LinkParams(), **kw).name == "edge-1"  # no run tag
+    assert link_kind("netem").build("edge-1", LinkParams(), ends).name == "edge-1"  # no run tag
     with pytest.raises(ValueError, match="link kind 'tc'.*netem.*proxy"):
         LINK_KINDS["tc"]
     for kind in ("proxy", "netem"):
         with pytest.raises(ValueError, match="params"):
-            LINK_KINDS[kind]("x", {"latency_ms": 5}, **kw)  # type: ignore[arg-type]
+            link_kind(kind).build("x", {"latency_ms": 5}, ends)  # type: ignore[arg-type]
 
 
 def test_proxy_from_the_registry_is_reached_at_its_connect_address() -> None:
     server = Server(echo)
-    link = LINK_KINDS["proxy"](
-        "n0", LinkParams(latency_ms=5), index=0, seed=1, server_host="127.0.0.1",
-        server_port=server.port,
-    )  # fmt: skip
+    ends = LinkEnds(index=0, seed=1, server_host="127.0.0.1", server_port=server.port)
+    link = link_kind("proxy").build("n0", LinkParams(latency_ms=5), ends)
     link.start()
     try:
         host, port = link.connect_address(server.port).rsplit(":", 1)

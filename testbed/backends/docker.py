@@ -54,7 +54,7 @@ from testbed.backends.docker_node import (
     memory_mb_of,
 )
 from testbed.backends.local import REGISTER_TIMEOUT_S, LocalBackend
-from testbed.emulation.container_net import ContainerNetemLink, attach_netns
+from testbed.emulation.container_net import InContainer, attach_netns
 from testbed.planner import Plan, PlannedNode
 from testbed.procs import free_port, wait_port
 from testbed.reaper import write_fleet_file
@@ -272,10 +272,10 @@ class DockerBackend(LocalBackend):
             self._server_prefix = ["ip", "netns", "exec", self.netns]
         wait_port(port, timeout_s, self.proc(server.name), netns=self.netns)  # type: ignore[arg-type]
         self.superlink_port = port
-        if self.link_mode == "proxy":
-            self._start_links("proxy")
-        elif netem:
+        if netem:
             self._links.update(container_links(self.plan, self._run_tag, self.netns or ""))
+        elif self.link_mode != "none":  # host-side kinds (proxy, a user's), per link too
+            self._start_links(self.link_mode)
         for node in self.plan.clients:
             self.start_node(node.name)
         self._watcher.start()
@@ -308,7 +308,7 @@ class DockerBackend(LocalBackend):
         """Move node ``name``'s netem link into its container's namespace, then open the
         gate its command waits on."""
         link = self._links.get(name)
-        if isinstance(link, ContainerNetemLink):
+        if isinstance(link, InContainer):
             link.attach(self._pid(name))
             net_gate(self.run_dir, name).touch()
 
@@ -344,7 +344,7 @@ class DockerBackend(LocalBackend):
         name) after a crash or stop."""
         known = self.containers.get(name)
         self.downed.discard(name)
-        netem = isinstance(self._links.get(name), ContainerNetemLink)
+        netem = isinstance(self._links.get(name), InContainer)
         if known is not None:
             net_gate(self.run_dir, name).unlink(missing_ok=True)
             known.start()  # (a new network namespace: the link is plumbed again)
@@ -366,7 +366,7 @@ class DockerBackend(LocalBackend):
     def _ns(self, name: str) -> str | None:
         """The network namespace node ``name`` listens in (None: the host's)."""
         link = self._links.get(name)
-        return link.client_netns if isinstance(link, ContainerNetemLink) else None
+        return link.client_netns if isinstance(link, InContainer) else None
 
     def start_services(
         self, commands: Mapping[str, list[str]], ports: Mapping[str, int], timeout_s: float = 60.0

@@ -1,8 +1,9 @@
 """Links and start-up budget of the Docker backend.
 
 ``links.mode: netem`` with containers: every node container (and the SuperLink's) gets
-its own network namespace (``network_mode: none``) and its link is a
-:class:`~testbed.emulation.container_net.ContainerNetemLink`: a veth pair from the
+its own network namespace (``network_mode: none``) and its link is what its kind builds
+in a container (netem: a
+:class:`~testbed.emulation.container_net.ContainerNetemLink`): a veth pair from the
 container's namespace to a router namespace the testbed owns, shaped there with tbf and
 netem (or the NFQUEUE delay line where the kernel has no ``sch_netem``), as
 ``links.mode: netem`` does for local processes. Where that cannot work (not root, an
@@ -16,8 +17,10 @@ import os
 import sys
 from pathlib import Path
 
-from testbed.emulation.container_net import ContainerNetemLink, container_netem_problem
-from testbed.planner import Plan
+from testbed.emulation.container_net import container_netem_problem
+from testbed.emulation.kinds import LinkEnds, Refused, link_kind
+from testbed.emulation.link import Link
+from testbed.planner import Plan, link_kind_path
 
 #: Start-up budget of a fleet of node containers (:func:`start_timeout_s`): a base, and
 #: seconds per node container (each imports torch and Flower, ~3 s of CPU, all at once
@@ -83,20 +86,29 @@ def choose_link_mode(mode: str) -> tuple[str, str | None]:
     return "proxy", note
 
 
-def container_links(plan: Plan, run_tag: str, server_netns: str) -> dict[str, ContainerNetemLink]:
-    """One started :class:`ContainerNetemLink` per client node of ``plan`` (index = the
-    node's position, namespaces named ``ct-<run_tag>n<index>-*``), server side in
-    ``server_netns``; the client sides are attached when the containers run."""
-    links: dict[str, ContainerNetemLink] = {}
+def container_links(plan: Plan, run_tag: str, server_netns: str) -> dict[str, Link]:
+    """One started link per client node of ``plan`` whose client end is the node
+    container's own namespace, built by the link's kind (``links.mode`` or its own
+    ``kind``: :meth:`~testbed.emulation.kinds.LinkKind.build_in_container`; netem's is a
+    :class:`~testbed.emulation.container_net.ContainerNetemLink`), index = the node's
+    position, server side in ``server_netns``; the client sides are attached when the
+    containers run. A kind that cannot is a ValueError naming its YAML path."""
+    exp = plan.experiment
+    links: dict[str, Link] = {}
     try:
         for i, node in enumerate(plan.clients):
-            link = ContainerNetemLink(
-                f"{run_tag}n{i}",
-                node.uplink.params(),
-                index=i,
-                seed=plan.seed * 1000 + i,
-                server_netns=server_netns,
-            )
+            name = node.uplink.kind_in(exp.links.mode)
+            ends = LinkEnds(i, plan.seed * 1000 + i, server_netns=server_netns, run_tag=run_tag)
+            try:
+                link = link_kind(name).build_in_container(
+                    node.name, node.uplink.params(), ends, **node.uplink.link_options()
+                )
+            except Refused as e:
+                where = link_kind_path(exp, node.name)
+                raise ValueError(
+                    f"{where}: kind: {name} cannot shape node {node.name}'s link inside its "
+                    f"container: {e}"
+                ) from None
             link.start()
             links[node.name] = link
     except BaseException:

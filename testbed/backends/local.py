@@ -28,7 +28,7 @@ from testbed.backends import register_backend
 from testbed.backends.base import NodeResources
 from testbed.backends.local_node import LocalNode, cpu_seconds, remove_node_cgroups
 from testbed.backends.zygote import Zygote
-from testbed.emulation.kinds import LINK_KINDS
+from testbed.emulation.kinds import LINK_KINDS, LinkEnds, link_kind
 from testbed.emulation.link import Link
 from testbed.planner import Plan, PlannedNode
 from testbed.procs import Popen, ProcGroup, children_map, free_port, wait_port
@@ -242,18 +242,15 @@ class LocalBackend:
         whose client side lives in a network namespace also tells how to start the node
         there."""
         for i, node in enumerate(self.plan.clients):
-            factory = LINK_KINDS[node.uplink.kind_in(mode)]
-            link = factory(
-                node.name,
-                node.uplink.params(),
+            ends = LinkEnds(
                 index=i,
                 seed=self.plan.seed * 1000 + i,
-                server_host="127.0.0.1",
                 server_port=int(self.superlink_port or 0),
                 server_netns=self.netns,
                 run_tag=self._run_tag,
-                **node.uplink.link_options(),
             )
+            kind = link_kind(node.uplink.kind_in(mode))
+            link = kind.build(node.name, node.uplink.params(), ends, **node.uplink.link_options())
             link.start()
             self._links[node.name] = link
             if isinstance(link, _Namespaced):
@@ -424,11 +421,10 @@ class LocalBackend:
                 reach[name] = f"127.0.0.1:{server_port}"
                 continue
             i = len(self._links)
-            link = LINK_KINDS[spec.kind_in(mode)](
-                name, spec.params(), index=i, seed=self.plan.seed * 1000 + i,
-                server_host="127.0.0.1", server_port=server_port, run_tag=self._run_tag,
-                **spec.link_options(),
-            )
+            ends = LinkEnds(i, self.plan.seed * 1000 + i, server_port=server_port,
+                            run_tag=self._run_tag)  # fmt: skip
+            link = link_kind(spec.kind_in(mode)).build(name, spec.params(), ends,
+                                                       **spec.link_options())  # fmt: skip
             if isinstance(link, _Namespaced):
                 raise ValueError(f"links.mode: {mode} links to a workload's own server need "
                                  "a host-side kind (proxy, mmwave)")
@@ -449,14 +445,8 @@ class LocalBackend:
             if shared is not None and hasattr(shared, "add_route"):  # the node's own link
                 reach[name] = int(shared.add_route(ports[name]))
                 continue
-            link = LINK_KINDS["proxy"](
-                name,
-                planned[name].uplink.params(),
-                index=i,
-                seed=self.plan.seed * 1000 + i,
-                server_host="127.0.0.1",
-                server_port=ports[name],
-            )
+            ends = LinkEnds(index=i, seed=self.plan.seed * 1000 + i, server_port=ports[name])
+            link = link_kind("proxy").build(name, planned[name].uplink.params(), ends)
             link.start()
             self._links[name] = link
             reach[name] = int(link.connect_address(ports[name]).rsplit(":", 1)[1])

@@ -25,10 +25,11 @@ from testbed.backends.base import NodeResources
 from testbed.procs import Popen, ProcGroup
 from testbed.simulation.clock import protocol_delay_s, startup_s
 from testbed.simulation.config import SimulationSpec
+from testbed.simulation.links import check_links, client_model
 from testbed.simulation.polls import poll_period_s
 
 if TYPE_CHECKING:
-    from testbed.emulation.link import Link
+    from testbed.emulation.link import Link, LinkSchedule
     from testbed.planner import Plan, PlannedNode
     from testbed.spec.models import Experiment
 
@@ -41,11 +42,6 @@ def check_experiment(exp: Experiment) -> None:
     """ValueError naming the key for what the simulation cannot do."""
     from testbed.simulation.vfaults import check_faults
 
-    if exp.links.mode not in ("proxy", "none"):
-        raise ValueError(
-            f"links.mode: {exp.links.mode!r} needs real links; --backend simulation models "
-            "links on its virtual clock (allowed: proxy, none)"
-        )
     check_faults(exp.faults)
     if exp.workload.fl is None:
         raise ValueError("workload: --backend simulation runs workload.fl only")
@@ -78,23 +74,6 @@ def protocol_terms(timing: str, sim: SimulationSpec, fleet_size: int = 1) -> dic
         "startup_s": startup_s(timing, sim.startup_s),
         "poll_period_s": period,
         "protocol": dataclasses.asdict(sim.protocol_model()),
-    }
-
-
-def client_model(node: PlannedNode, schedule: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The virtual clock's view of one client: stretch, tier and link (with its
-    schedule: the spec's own, or ``schedule`` given, e.g. satellite passes)."""
-    speed = node.profile.cpu_speed_factor
-    link = node.uplink
-    segs = schedule if schedule is not None else [s.model_dump() for s in link.schedule]
-    return {
-        "stretch": max(1.0, 1.0 / speed),
-        "tier": node.tier,
-        "bandwidth_mbps": link.bandwidth_mbps,
-        "latency_ms": link.latency_ms,
-        "jitter_ms": link.jitter_ms,
-        "loss_pct": link.loss_pct,
-        "schedule": [(float(g.pop("at_s")), g) for g in (dict(x) for x in segs)],
     }
 
 
@@ -132,6 +111,7 @@ class SimulationBackend:
             raise ValueError(f"--backend simulation: Ray is not installed; pip install '{EXTRA}'")
         for exp in experiments:
             check_experiment(exp)
+            check_links(exp)  # every link's kind prices it on the virtual clock, or says why
 
     # -- fleet lifecycle: nothing runs before submit ------------------------------------
     def start(self, timeout_s: float = 60.0) -> None:
@@ -178,12 +158,12 @@ class SimulationBackend:
     def _models(self, clients: list[PlannedNode]) -> tuple[list[dict[str, Any]], list[int]]:
         """Distinct client models and each client's index into them (10,000 clients of a
         few profiles and links: a few models)."""
-        space = self._space_schedules(clients)
+        space, mode = self._space_schedules(clients), self.plan.experiment.links.mode
         models: list[dict[str, Any]] = []
         index: dict[str, int] = {}
         model_of = []
         for n in clients:
-            m = client_model(n, space.get(n.name))
+            m = client_model(n, mode, space.get(n.name)).to_dict()
             key = json.dumps(m, sort_keys=True)
             if key not in index:
                 index[key] = len(models)
@@ -191,8 +171,8 @@ class SimulationBackend:
             model_of.append(index[key])
         return models, model_of
 
-    def _space_schedules(self, clients: list[PlannedNode]) -> dict[str, list[dict[str, Any]]]:
-        """Satellite passes of the space-tier clients (run seconds), as link segments."""
+    def _space_schedules(self, clients: list[PlannedNode]) -> dict[str, LinkSchedule]:
+        """Satellite passes of the space-tier clients (run seconds)."""
         exp = self.plan.experiment
         space = [n.name for n in clients if n.tier == "space"]
         if exp.space is None or not space:
@@ -204,7 +184,7 @@ class SimulationBackend:
         if exp.space.horizon_s is not None and horizon is not None:
             horizon = max(horizon, exp.space.horizon_s)
         model = SpaceModel(exp.space, space, horizon_s=horizon)
-        return {name: model.link_segments(name) for name in space}
+        return {name: model.link_schedule(name) for name in space}
 
     def submit(self, run_config: dict[str, object]) -> Popen:
         """Start the simulation process; it ends with the Flower run."""

@@ -14,13 +14,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from testbed.emulation.link import LinkParams
 from testbed.planner import Plan
 from testbed.rows import EventRow, MetricRow
 
 TIER_ORDER = ("space", "cloud", "fog", "edge")
 
 
-LINK_KEYS = ("bandwidth_mbps", "latency_ms", "jitter_ms", "loss_pct")
+#: A link's values shown beside its state (``partitioned`` is the state itself).
+LINK_KEYS = tuple(k for k in LinkParams.field_names() if k != "partitioned")
 
 
 def _link_params(link: Any) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 Nothing is imported at package import time; use the submodules:
 ``testbed.emulation.link`` (LinkParams, LinkSchedule, the Link protocol),
-``testbed.emulation.kinds`` (LINK_KINDS: link factories by ``links.mode``),
+``testbed.emulation.kinds`` (LINK_KINDS: link kinds by name, each building and
+pricing its links on every backend),
 ``testbed.emulation.proxy`` (ShapingProxy, its data path in ``relay``),
 ``testbed.emulation.netem`` (NetemLink), ``testbed.emulation.schedule``
 (ScheduleDriver, shared by every kind) and ``testbed.emulation.state`` (LinkState:

@@ -26,7 +26,7 @@ Needs root on the engine's host (the runner and the engine share ``/proc``): see
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from testbed.emulation.link import LinkParams
 from testbed.emulation.netem import NetemLink, _run, support
@@ -34,6 +34,17 @@ from testbed.emulation.netem import NetemLink, _run, support
 #: Counters of the client-side router interface (``ctr0``) that restart at 0 when the
 #: veth pair is made again; summed across re-plumbs.
 _CARRIED = ("bytes_down", "packets_down", "qdisc_drops_down")
+
+
+@runtime_checkable
+class InContainer(Protocol):
+    """A link whose client end is a container's own network namespace (what a link
+    kind's ``build_in_container`` returns): the docker backend calls :meth:`attach` with
+    the container's PID once it runs, and again after each restart."""
+
+    client_netns: str
+
+    def attach(self, pid: int) -> None: ...
 
 
 def attach_netns(name: str, pid: int) -> None:

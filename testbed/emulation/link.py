@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from dataclasses import replace as _replace
+from typing import Any, Protocol, Self, runtime_checkable
 
 #: Maximum segment size assumed for TCP over an emulated link, in bytes (1500 B MTU,
 #: IPv4 + TCP headers with timestamps).
@@ -71,18 +72,36 @@ class LinkParams:
         """Round-trip propagation time in seconds (2 x latency, jitter excluded)."""
         return 2.0 * self.latency_ms / 1000.0
 
-    def replace(self, **changes: object) -> LinkParams:
-        """Return a copy with some fields changed (validated again)."""
-        values = asdict(self)
-        unknown = set(changes) - set(values)
-        if unknown:
-            raise ValueError(f"unknown link field(s) {sorted(unknown)}; allowed: {sorted(values)}")
-        values.update(changes)
-        return LinkParams(**values)
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The link's fields, in order: THE list of link fields (every copy of a link's
+        state, in a spec, an event, the dashboard or the virtual clock, derives from it)."""
+        return tuple(f.name for f in fields(cls))
 
-    def to_dict(self) -> dict[str, object]:
-        """Plain dict of the fields (for events and run records)."""
+    def replace(self, **changes: Any) -> Self:
+        """Return a copy with some fields changed (validated again)."""
+        self._check_names(changes)
+        return _replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of every field (for events, run records and the simulation's
+        settings); :meth:`from_dict` reads it back."""
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> Self:
+        """The parameters in ``values`` (a :meth:`to_dict`, or a part of one: missing
+        fields take their defaults); ValueError naming an unknown field."""
+        cls._check_names(values)
+        return cls(**values)
+
+    @classmethod
+    def _check_names(cls, values: Mapping[str, object]) -> None:
+        unknown = set(values) - set(cls.field_names())
+        if unknown:
+            raise ValueError(
+                f"unknown link field(s) {sorted(unknown)}; allowed: {list(cls.field_names())}"
+            )
 
 
 class LinkSchedule:

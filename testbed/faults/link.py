@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 
+from testbed.emulation.link import LinkParams
 from testbed.faults.base import FaultContext, FaultKind, FaultParams, register_fault
 
 if TYPE_CHECKING:
     from testbed.emulation.link import Link
     from testbed.simulation.vfaults import VirtualFaults
 
-LINK_KEYS = ("bandwidth_mbps", "latency_ms", "jitter_ms", "loss_pct")
+LINK_KEYS = tuple(k for k in LinkParams.field_names() if k != "partitioned")  # a degrade's
 
 
 def link_of(ctx: FaultContext, name: str | None, what: str) -> Link:

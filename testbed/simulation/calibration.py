@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from testbed.backends.simulation import client_model
 from testbed.planner import make_plan
-from testbed.simulation.clock import ClientModel, VirtualClock
+from testbed.simulation.clock import VirtualClock
 from testbed.simulation.config import SimulationSpec
+from testbed.simulation.links import client_model
 from testbed.simulation.protocol import server_queue_end
 from testbed.spec.models import Experiment
 from testbed.store import RunStore
@@ -65,7 +65,7 @@ def replay(store: RunStore, run_id: str, exp: Experiment) -> Replay:
     are absent.
     """
     plan = make_plan(exp)
-    models = {n.name: ClientModel(**client_model(n)) for n in plan.clients}
+    models = {n.name: client_model(n, plan.experiment.links.mode) for n in plan.clients}
     pids = {n.name: n.partition_id or 0 for n in plan.clients}
     protocol = (exp.simulation or SimulationSpec()).protocol_model()
     bare = VirtualClock(models, deadline_s=float("inf"), seed=plan.seed)

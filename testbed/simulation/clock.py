@@ -26,7 +26,8 @@ time, as the local backend's device emulation uses it; ``train-duration-s``, the
 time, for an app that does not report it), ``stretch = 1 /
 cpu_speed_factor`` of the node's profile (never below 1, as the local backend's
 emulated wait), the link is :class:`testbed.simulation.timeline.LinkTimeline` (the
-node's link, its schedule or satellite passes, and the faults' changes). A client down
+node's link, its schedule or satellite passes, as its link kind priced them:
+:mod:`testbed.simulation.links`; and the faults' changes). A client down
 (crash, outage, flapping, availability trace) anywhere in ``[T, T + virtual_client_s]``
 loses its exchange. See :mod:`testbed.simulation.grid` for what is done with it.
 """
@@ -101,34 +102,47 @@ class ClientModel:
     ----------
     stretch : float
         Device time per second of measured host compute (>= 1).
-    bandwidth_mbps : float or None
-        Link rate each way, 10**6 bit/s (None: unlimited), at virtual time 0.
-    latency_ms, jitter_ms, loss_pct : float
-        One-way latency (ms), its uniform jitter half-width (ms), segment loss (%).
-    schedule : sequence of (float, dict)
-        Later link states ``(at_s, LinkParams fields)`` (schedules, satellite passes).
+    params : LinkParams
+        The link's state at virtual time 0 (as its kind priced it:
+        :func:`testbed.simulation.links.client_model`).
+    schedule : sequence of (float, LinkParams)
+        Later link states ``(at_s, params)`` (schedules, satellite passes).
     tier : str
         The node's tier (fault targets by tier).
     """
 
     stretch: float = 1.0
-    bandwidth_mbps: float | None = None
-    latency_ms: float = 0.0
-    jitter_ms: float = 0.0
-    loss_pct: float = 0.0
-    schedule: Sequence[tuple[float, Mapping[str, Any]]] = ()
+    params: LinkParams = LinkParams()
+    schedule: Sequence[tuple[float, LinkParams]] = ()
     tier: str = "edge"
 
     @cached_property
     def link(self) -> LinkTimeline:
         """The link without faults."""
-        first = LinkParams(self.bandwidth_mbps, self.latency_ms, self.jitter_ms, self.loss_pct)
-        segs = [(0.0, first)] + [(float(t), LinkParams(**p)) for t, p in self.schedule]
-        return LinkTimeline(segs)
+        return LinkTimeline([(0.0, self.params), *((float(t), p) for t, p in self.schedule)])
 
     def link_s(self, bytes_down: int, bytes_up: int) -> float:
         """Virtual link time of one exchange at virtual 0 without jitter, seconds."""
         return self.link.transfer(self.link.transfer(0.0, bytes_down), bytes_up)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for the simulation's settings (JSON); :meth:`from_dict` reads it."""
+        return {
+            "stretch": self.stretch,
+            "tier": self.tier,
+            "params": self.params.to_dict(),
+            "schedule": [[t, p.to_dict()] for t, p in self.schedule],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ClientModel:
+        """The model :meth:`to_dict` wrote."""
+        return cls(
+            stretch=float(d["stretch"]),
+            params=LinkParams.from_dict(d["params"]),
+            schedule=tuple((float(t), LinkParams.from_dict(p)) for t, p in d["schedule"]),
+            tier=str(d["tier"]),
+        )
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ def clock_of(settings: dict[str, Any], tel: Telemetry) -> VirtualClock:
     from testbed.spec.models import FaultSpec
 
     c, names = settings["clock"], list(settings["names"])
-    models = [ClientModel(**m) for m in c["models"]]
+    models = [ClientModel.from_dict(m) for m in c["models"]]
     clients = {name: models[i] for name, i in zip(names, c["model_of"], strict=True)}
     faults = None
     if c.get("faults"):

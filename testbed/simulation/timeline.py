@@ -2,14 +2,15 @@
 
 The simulation's link model (modelled, not measured). A link is a list of segments
 ``(start_s, LinkParams)`` on the run's virtual time (seconds since the fleet was
-ready): the node's own ``schedule``, its satellite passes, and the changes faults make
+ready): the node's own ``schedule`` and its satellite passes as its link kind priced
+them (:mod:`testbed.simulation.links`), and the changes faults make
 (``partition``: ``partitioned``; ``degrade``: new values for a while). A transfer of
 ``n`` bytes starting at ``t``:
 
 1. waits while the link is partitioned (traffic held, as the shaping proxy holds it);
 2. takes one latency: ``latency_ms + U(-jitter_ms, +jitter_ms)`` of the segment it
    starts in, clipped at 0 (the proxy's and netem's uniform jitter);
-3. sends ``n * 8`` bits at the goodput ``bandwidth_mbps * (1 - loss_pct / 100)``
+3. sends ``n`` bytes at the goodput ``rate_bytes_per_s * (1 - loss_pct / 100)``
    (every lost segment sent again, no congestion control modelled), segment by
    segment; no progress while partitioned; unlimited bandwidth: no transfer term.
 """
@@ -105,22 +106,22 @@ class LinkTimeline:
         if p.jitter_ms > 0 and rng is not None:
             latency_ms = max(0.0, latency_ms + rng.uniform(-p.jitter_ms, p.jitter_ms))
         t += latency_ms / 1000.0
-        bits = nbytes * 8.0
-        while bits > 0:
+        left = float(nbytes)
+        while left > 0:
             t = self._unblocked(t)
             if t == INF:
                 return INF
             p = self.at(t)
-            if p.bandwidth_mbps is None:
+            if p.rate_bytes_per_s is None:
                 return t
-            rate = p.bandwidth_mbps * 1e6 * (1.0 - p.loss_pct / 100.0)
+            rate = p.rate_bytes_per_s * (1.0 - p.loss_pct / 100.0)  # goodput, bytes/s
             end = self._next_change(t)
             if rate <= 0:
                 t = end
                 continue
-            if bits <= (end - t) * rate:
-                return t + bits / rate
-            bits -= (end - t) * rate
+            if left <= (end - t) * rate:
+                return t + left / rate
+            left -= (end - t) * rate
             t = end
         return t
 

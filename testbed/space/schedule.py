@@ -174,17 +174,9 @@ class SpaceModel:
 
     def link_segments(self, node: str) -> list[dict[str, object]]:
         """The schedule as plain data, one dict per change in the shape of the spec's
-        ``LinkSegment`` (``at_s`` in wall seconds, ``bandwidth_mbps``, ``latency_ms``,
-        ``partitioned``): usable as ``links.nodes.<node>.schedule``."""
-        return [
-            {
-                "at_s": t,
-                "bandwidth_mbps": p.bandwidth_mbps,
-                "latency_ms": p.latency_ms,
-                "partitioned": p.partitioned,
-            }
-            for t, p in self.link_schedule(node).segments
-        ]
+        ``LinkSegment`` (``at_s`` in wall seconds and every ``LinkParams`` field):
+        usable as ``links.nodes.<node>.schedule``."""
+        return [{"at_s": t, **p.to_dict()} for t, p in self.link_schedule(node).segments]
 
     def passes(self, node: str) -> list[dict[str, object]]:
         """Served periods of ``node`` (consecutive intervals on one route merged)."""

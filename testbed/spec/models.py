@@ -54,21 +54,16 @@ class LinkState(Frozen):
     partitioned: bool = False
 
     def params(self) -> LinkParams:
-        """As the link layer's ``LinkParams``."""
+        """As the link layer's ``LinkParams`` (its fields, whatever else the model has)."""
         from testbed.emulation.link import LinkParams
 
-        return LinkParams(**self.model_dump())
+        return LinkParams.from_dict(self.model_dump(include=set(LinkParams.field_names())))
 
 
 class LinkSegment(LinkState):
     """From ``at_s`` seconds after the fleet is ready, the link has these properties."""
 
     at_s: float = Field(ge=0)
-
-    def params(self) -> LinkParams:
-        from testbed.emulation.link import LinkParams
-
-        return LinkParams(**self.model_dump(exclude={"at_s"}))
 
 
 class LinkSpec(LinkState):
@@ -99,18 +94,13 @@ class LinkSpec(LinkState):
             raise ValueError("bandwidth_mbps: an mmwave link's rate comes from its channel")
         return self
 
-    def params(self) -> LinkParams:
-        from testbed.emulation.link import LinkParams
-
-        return LinkParams(**self.model_dump(exclude={"schedule", "kind", "mmwave"}))
-
     def kind_in(self, mode: str) -> str:
         """The link kind of this link under ``links.mode`` = ``mode``."""
         return self.kind or ("mmwave" if self.mmwave is not None else mode)
 
     def link_options(self) -> dict[str, Any]:
-        """Keyword arguments of its kind's factory beyond the common ones (mmwave:
-        ``radio``)."""
+        """Keyword arguments of its kind's ``build``, ``build_in_container`` and ``price``
+        beyond the common ones (mmwave: ``radio``)."""
         return {"radio": self.mmwave} if self.mmwave is not None else {}
 
     def link_schedule(self) -> LinkSchedule:
@@ -152,6 +142,19 @@ class LinksSpec(Frozen):
     def for_pair(self, a: str, b: str) -> LinkSpec:
         """Default link between tiers ``a`` and ``b`` (unlimited when not given)."""
         return self.defaults.get(f"{a}-{b}") or self.defaults.get(f"{b}-{a}") or LinkSpec()
+
+    def kind_path(self, name: str, node: NodeSpec, peer_tier: str) -> str:
+        """The YAML path that gives node ``name``'s link (see :meth:`for_node`) its kind:
+        ``links.<nodes.KEY | defaults.PAIR>.kind`` (or ``.mmwave``), else ``links.mode``."""
+        pairs = (f"{node.tier}-{peer_tier}", f"{peer_tier}-{node.tier}")
+        tables = [("nodes", self.nodes, (name, node.id)), ("defaults", self.defaults, pairs)]
+        for part, table, keys in tables:
+            key = next((k for k in keys if k in table), None)
+            if key is not None:
+                spec = table[key]
+                field = "kind" if spec.kind else "mmwave" if spec.mmwave else None
+                return f"links.{part}.{key}.{field}" if field else "links.mode"
+        return "links.mode"
 
     def for_node(self, name: str, node: NodeSpec, peer_tier: str) -> LinkSpec:
         """Link of node ``name`` (a replica of ``node``) to a peer in ``peer_tier``: the

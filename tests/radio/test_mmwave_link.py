@@ -16,7 +16,7 @@ import pytest
 
 from radio.config import MmwaveLinkSpec
 from radio.link_model import RadioLinkModel, path_loss_db, snr_from_distance_db
-from testbed.emulation.kinds import LINK_KINDS
+from testbed.emulation.kinds import LinkEnds, link_kind
 from testbed.emulation.link import Link, LinkParams
 from testbed.emulation.mmwave import MmwaveLink
 from testbed.spec.loader import SpecError, parse_spec
@@ -127,10 +127,8 @@ def test_distance_and_path_loss_give_the_snr() -> None:
 
 
 def test_registered_kind_satisfies_the_link_protocol_and_records_the_model() -> None:
-    link = LINK_KINDS["mmwave"](
-        "ue", LinkParams(latency_ms=1.0), index=0, seed=0, server_host="127.0.0.1",
-        server_port=9, radio=_radio(10.0),
-    )
+    ends = LinkEnds(index=0, seed=0, server_host="127.0.0.1", server_port=9)
+    link = link_kind("mmwave").build("ue", LinkParams(latency_ms=1.0), ends, radio=_radio(10.0))
     assert isinstance(link, Link)
     assert link.params.bandwidth_mbps is not None and link.params.latency_ms == 1.0
     radio = link.counters()["radio"]

@@ -25,10 +25,13 @@ def _run(tmp_path: Path, text: str) -> tuple[int, str]:
     return result.exit_code, result.output + (result.stderr or "")
 
 
-def test_netem_links_are_refused(tmp_path: Path) -> None:
-    code, text = _run(tmp_path, QUICKSTART.replace("links:\n", "links:\n  mode: netem\n"))
+def test_a_link_the_clock_cannot_price_is_refused(tmp_path: Path) -> None:
+    """A per-link ``kind: mmwave`` (its rate from a live radio simulation) is refused
+    before anything is recorded, never run as an unlimited link."""
+    radio = "  nodes:\n    edge-2: {kind: mmwave, latency_ms: 2}\n"
+    code, text = _run(tmp_path, QUICKSTART.replace("links:\n", "links:\n" + radio))
     assert code == 2, text
-    assert "links.mode" in text and "netem" in text
+    assert "links.nodes.edge-2.kind: kind: mmwave cannot be priced" in text
 
 
 def test_fault_that_cannot_be_simulated_is_refused(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.emulation.link import LinkParams
 from testbed.simulation.clock import PROTOCOL_DELAY_S, ClientModel, VirtualClock, protocol_delay_s
 
 #: Relative tolerance of the link-time arithmetic (float rounding only).
@@ -13,18 +14,19 @@ REL_TOL = 1e-9
 
 
 def test_link_time_is_size_over_bandwidth_plus_latency() -> None:
-    link = ClientModel(bandwidth_mbps=100.0, latency_ms=20.0)
+    link = ClientModel(params=LinkParams(bandwidth_mbps=100.0, latency_ms=20.0))
     # 1 MB down + 0.5 MB up over 100 Mbit/s: 12 Mbit / 100 Mbit/s = 0.12 s; + 2 x 20 ms
     assert link.link_s(1_000_000, 500_000) == pytest.approx(0.12 + 0.04, rel=REL_TOL)
 
 
 def test_unlimited_link_has_only_latency() -> None:
-    assert ClientModel(latency_ms=5.0).link_s(10**9, 10**9) == pytest.approx(0.01, rel=REL_TOL)
+    model = ClientModel(params=LinkParams(latency_ms=5.0))
+    assert model.link_s(10**9, 10**9) == pytest.approx(0.01, rel=REL_TOL)
 
 
 def test_client_time_stretches_compute_and_adds_protocol_delay() -> None:
     clock = VirtualClock(
-        {"edge-0": ClientModel(stretch=4.0, bandwidth_mbps=8.0, latency_ms=0.0)},
+        {"edge-0": ClientModel(stretch=4.0, params=LinkParams(bandwidth_mbps=8.0))},
         deadline_s=30.0,
         protocol_delay_s=0.5,
     )

@@ -43,7 +43,7 @@ def test_replies_are_handled_in_arrival_order_one_at_a_time() -> None:
 
 
 def test_the_clock_adds_latency_legs_and_window_waits_to_an_exchange() -> None:
-    model = ClientModel(bandwidth_mbps=20.0, latency_ms=150.0)
+    model = ClientModel(params=LinkParams(bandwidth_mbps=20.0, latency_ms=150.0))
     bare = VirtualClock({"a": model}, deadline_s=60.0)
     base = bare.exchange("a", 0, 1, 0.0, 0.0, 154_152, 154_152).seconds
     # the link model alone: one latency and the bytes each way

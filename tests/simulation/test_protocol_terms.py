@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from nodes.fl.telemetry import Telemetry
+from testbed.emulation.link import LinkParams
 from testbed.simulation.clock import (
     PROTOCOL_DELAY_S,
     STARTUP_S,
@@ -24,7 +25,10 @@ REL_TOL = 1e-9
 
 def test_startup_is_added_to_each_clients_first_exchange_only() -> None:
     clock = VirtualClock(
-        {"a": ClientModel(latency_ms=50.0)}, deadline_s=60.0, protocol_delay_s=1.0, startup_s=2.5
+        {"a": ClientModel(params=LinkParams(latency_ms=50.0))},
+        deadline_s=60.0,
+        protocol_delay_s=1.0,
+        startup_s=2.5,
     )
     base = 1.0 + 2 * 0.05 + 0.2  # delay + latency each way + compute
     first = clock.exchange("a", 0, 1, 0.0, 0.2, 10, 10).seconds

@@ -31,6 +31,7 @@ from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 from pydantic import Field
 
 from nodes.fl.telemetry import Telemetry
+from testbed.emulation.link import LinkParams
 from testbed.faults import FaultKind, FaultParams, register_fault
 from testbed.simulation import vfaults
 from testbed.simulation.clock import ClientModel, VirtualClock
@@ -58,7 +59,7 @@ def make(tmp_path: Path, *faults: dict[str, object]) -> tuple[VirtualClock, Path
     vf = VirtualFaults(
         [FaultSpec.model_validate(f) for f in faults], tiers, 3, Tel(path), tmp_path / "c"
     )
-    model = ClientModel(bandwidth_mbps=8.0, latency_ms=0.0)
+    model = ClientModel(params=LinkParams(bandwidth_mbps=8.0, latency_ms=0.0))
     return VirtualClock(dict.fromkeys(NAMES, model), DEADLINE_S, 0.0, 3, vf), path
 
 

@@ -59,17 +59,23 @@ def validate(
     file: Path,
     set_: SetOpt = None,
     spec_dir: SpecDirOpt = None,
-    backend: Annotated[str, typer.Option(help="check the fleet fits this backend here")] = "local",
+    backend: Annotated[
+        str, typer.Option(help="check the spec against this backend (as `run` does)")
+    ] = "local",
 ) -> None:
     """Validate an experiment file; print every error with its path and line.
 
-    For the local backend it also checks that the fleet fits on this machine.
+    It also runs the backend's preflight (what ``run --backend`` checks before it
+    records anything: what the backend supports, its engine) and, for the local
+    backend, checks that the fleet fits on this machine.
     """
+    from testbed.backends import preflight
     from testbed.spec.loader import SpecError, expand, parse_set
 
     try:
         runs = expand(file, parse_set(set_ or []), spec_dir)
-    except SpecError as e:
+        preflight(backend, [e for _a, e in runs])
+    except (SpecError, ValueError) as e:
         raise _fail(str(e)) from None
     _fits(file, [e for _a, e in runs], backend)
     exp = runs[0][1]
@@ -105,20 +111,13 @@ def run(
     # A shell starts background jobs with SIGINT ignored; Ctrl-C / `kill -INT` (also the
     # controller's stop) must still interrupt the run and tear its fleet down.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    from testbed.backends import get_backend
+    from testbed.backends import preflight
     from testbed.runner import sweep_id_of, sweep_items
     from testbed.spec.loader import SpecError, expand, parse_set
 
     try:
         items = sweep_items(expand(file, parse_set(set_ or []), spec_dir))
-        backend_cls = get_backend(backend)
-        if hasattr(backend_cls, "preflight"):  # e.g. docker: engine and image, before recording
-            backend_cls.preflight([it.experiment for it in items])
-        if backend != "local" and any(it.experiment.workload.functions for it in items):
-            raise ValueError(
-                "--backend: workload.functions runs on the local backend only (node "
-                "function runtimes are local processes); drop --backend or use local"
-            )
+        preflight(backend, [it.experiment for it in items])  # as validate, before recording
     except (SpecError, ValueError) as e:
         raise _fail(str(e)) from None
     if parallel < 1:

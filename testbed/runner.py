@@ -92,9 +92,17 @@ def run_experiment(
     assignment: dict[str, Any] | None = None,
     variant: str | None = None,
 ) -> RunResult:
-    """Run ``exp`` and record it; Ctrl-C stops it, marks it ``interrupted`` and re-raises."""
+    """Run ``exp`` and record it; Ctrl-C stops it, marks it ``interrupted`` and re-raises.
+
+    The backend's preflight (:func:`testbed.backends.preflight`, what ``testbed
+    validate --backend`` answers) runs first: a spec it refuses raises ValueError naming
+    the field before anything is recorded.
+    """
     import os
 
+    from testbed.backends import preflight
+
+    preflight(backend, [exp])
     seed = exp.seed if seed is None else seed
     run_id = new_run_id(exp.name)
     run_dir = store.create_run(

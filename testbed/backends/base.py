@@ -1,5 +1,18 @@
-"""The contract every backend implements (``local`` now; ``docker`` and ``simulation``
-later): start and stop a fleet, node handles for faults, the links, resource metrics.
+"""The contract every backend implements: start and stop a fleet, node handles for
+faults, the links, the Flower run, resource observations, and what it supports.
+
+:class:`Backend` is an abstract base class: every member a caller uses is declared
+here, abstract where every backend implements it, with a default where a backend may
+lack it (an action it cannot take raises :class:`NotSupported`; an observation it
+cannot make is empty). The built-ins are ``local`` (processes on loopback),
+``docker`` (a container per node), ``compose`` (attach to a docker-compose fleet) and
+``simulation`` (Flower's Simulation Engine on a virtual clock).
+
+Each backend declares what it supports (:attr:`Backend.workloads`,
+:attr:`Backend.link_kinds`, :attr:`Backend.fault_kinds`); its classmethod
+:meth:`Backend.preflight` checks experiments against them plus the backend's own
+checks, and is what both ``testbed validate --backend B`` and ``testbed run --backend
+B`` (and :func:`testbed.runner.run_experiment`) call, so they cannot disagree.
 
 The runner, the chaos engine (fault kinds), the controller and the workloads talk to a
 backend only through :class:`Backend`, :class:`NodeHandle` and
@@ -9,7 +22,8 @@ backend only through :class:`Backend`, :class:`NodeHandle` and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import abc
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
@@ -18,6 +32,14 @@ if TYPE_CHECKING:
     from nodes.device_control import NodeControl
     from testbed.emulation.link import Link
     from testbed.planner import Plan
+    from testbed.procs import Popen
+    from testbed.space.schedule import SpaceModel
+    from testbed.spec.models import Experiment, LinkSpec
+
+
+class NotSupported(ValueError):
+    """What a backend cannot do (``start_services is not supported on --backend
+    simulation``); a ValueError, so the CLI reports it as a user error (exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -71,46 +93,311 @@ class NodeHandle(Protocol):
     def alive(self) -> bool: ...
 
 
-@runtime_checkable
-class Backend(Protocol):
-    """A fleet realised from a :class:`~testbed.planner.Plan`.
+class Backend(abc.ABC):
+    """A fleet realised from a :class:`~testbed.planner.Plan` (constructed as
+    ``cls(plan, run_dir, **options)``, not started).
+
+    Class attributes (declarations)
+    -------------------------------
+    name : str
+        The registered name (``--backend``).
+    workloads : frozenset of str or None
+        The ``workload:`` sections it runs (None: every registered workload).
+    link_kinds : frozenset of str or None
+        The link kinds it builds, for ``links.mode`` and each link's own ``kind``
+        (None: every registered kind); ``links.mode: none`` (no emulated links) is
+        always allowed.
+    fault_kinds : frozenset of str or None
+        The fault kinds its fleet can take (None: every kind, by name or dotted path).
+        A backend whose answer depends on more than the kind's name checks in its
+        :meth:`preflight` (simulation: :func:`testbed.simulation.vfaults.check_faults`).
+    decides_faults : bool
+        True when the backend decides the spec's fault schedule itself (simulation: on
+        its virtual clock), so the control plane's chaos engine must not fire it.
 
     Attributes
     ----------
-    name : str
-        The registered name (``--backend``).
-    plan, run_dir
-        The run it realises and the run's artifact folder.
+    plan : Plan
+        The run it realises.
+    run_dir : pathlib.Path
+        The run's artifact folder.
     superlink_port : int or None
-        Where the SuperLink listens once started (None before).
+        Where the SuperLink listens on 127.0.0.1 once started (None before, or none).
     superlink_restarts : int
         How many times the SuperLink was restarted by a fault.
     """
 
     name: ClassVar[str]
-    plan: Plan
-    run_dir: Path
-    superlink_port: int | None
-    superlink_restarts: int
+    workloads: ClassVar[frozenset[str] | None] = None
+    link_kinds: ClassVar[frozenset[str] | None] = None
+    fault_kinds: ClassVar[frozenset[str] | None] = None
+    decides_faults: ClassVar[bool] = False
+
+    def __init__(self, plan: Plan, run_dir: Path, **options: Any) -> None:
+        """Keep the run; ``options`` are the backend's own (``warm``, ``image`` ...)."""
+        del options  # (a subclass takes the ones it knows by name)
+        self.plan = plan
+        self.run_dir = run_dir
+        self.superlink_port: int | None = None
+        self.superlink_restarts = 0
+
+    # -- what it supports, checked before anything is recorded ------------------------
+    @classmethod
+    def preflight(cls, experiments: Sequence[Experiment]) -> None:
+        """Check experiments against this backend before anything is recorded.
+
+        The base checks the declarations (:attr:`workloads`, :attr:`link_kinds`,
+        :attr:`fault_kinds`); a backend extends it with its own checks (an engine
+        reachable, an image present, a package installed) and calls ``super()``.
+        ``testbed validate --backend``, ``testbed run --backend`` and
+        :func:`testbed.runner.run_experiment` all call it.
+
+        Parameters
+        ----------
+        experiments : Sequence[Experiment]
+            The configurations to run (a sweep's, or one).
+
+        Raises
+        ------
+        NotSupported
+            Naming the field: ``workload.<section>``, ``links.mode``,
+            ``links.nodes.<node>.kind``, ``faults[<i>].kind``; with what is allowed.
+        """
+        for exp in experiments:
+            cls._check_workloads(exp)
+            cls._check_links(exp)
+            cls._check_faults(exp)
+
+    @classmethod
+    def _refuse(cls, field: str, what: str, allowed: Collection[str]) -> NotSupported:
+        return NotSupported(
+            f"{field}: {what} is not supported on --backend {cls.name} "
+            f"(supported: {', '.join(sorted(allowed)) or 'none'})"
+        )
+
+    @classmethod
+    def _check_workloads(cls, exp: Experiment) -> None:
+        if cls.workloads is None:
+            return
+        for section in exp.workload.sections:
+            if section not in cls.workloads:
+                raise cls._refuse(f"workload.{section}", "this workload", cls.workloads)
+
+    @classmethod
+    def _check_links(cls, exp: Experiment) -> None:
+        allowed, mode = cls.link_kinds, exp.links.mode
+        if allowed is None or mode == "none":
+            return
+        if mode not in allowed:
+            raise cls._refuse("links.mode", f"link kind {mode!r}", {*allowed, "none"})
+        links: list[tuple[str, LinkSpec]] = [
+            *((f"links.defaults.{k}", v) for k, v in exp.links.defaults.items()),
+            *((f"links.nodes.{k}", v) for k, v in exp.links.nodes.items()),
+        ]
+        for where, link in links:
+            kind = link.kind_in(mode)
+            if kind not in allowed:
+                raise cls._refuse(f"{where}.kind", f"link kind {kind!r}", allowed)
+
+    @classmethod
+    def _check_faults(cls, exp: Experiment) -> None:
+        if cls.fault_kinds is None:
+            return
+        for i, f in enumerate(exp.faults):
+            if f.kind not in cls.fault_kinds:
+                raise cls._refuse(f"faults[{i}].kind", f"fault kind {f.kind!r}", cls.fault_kinds)
+
+    def _not_supported(self, member: str) -> NotSupported:
+        return NotSupported(f"{member} is not supported on --backend {self.name}")
 
     # -- fleet lifecycle --------------------------------------------------------------
-    def start(self, timeout_s: float = 60.0) -> None: ...
-    def stop(self) -> None: ...
-    def start_schedules(self) -> None: ...
+    @abc.abstractmethod
+    def start(self, timeout_s: float = 60.0) -> None:
+        """Start the fleet (SuperLink, links, SuperNodes); return when it is ready.
+
+        Parameters
+        ----------
+        timeout_s : float
+            How long the fleet may take to come up, s (a backend may allow more).
+        """
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Stop everything the backend started (processes, containers, links)."""
+
+    @abc.abstractmethod
+    def start_schedules(
+        self, only: Collection[str] | None = None, t0: float | None = None
+    ) -> None:
+        """Play the time-varying links (schedules, satellite passes) from ``t0``.
+
+        Parameters
+        ----------
+        only : Collection[str] or None
+            The nodes whose links start (None: every link).
+        t0 : float or None
+            The clock's origin, ``time.monotonic()`` s (None: now).
+        """
 
     # -- nodes, links and the server ---------------------------------------------------
-    def node(self, name: str) -> NodeHandle: ...
+    def node(self, name: str) -> NodeHandle:
+        """The handle the fault kinds act on for client node ``name``.
+
+        Raises
+        ------
+        NotSupported
+            When the backend has no node handles (simulation, compose).
+        """
+        raise self._not_supported(f"node {name!r}: node handles")
+
     @property
-    def links(self) -> Mapping[str, Link]: ...
-    def restart_superlink(self) -> None: ...
+    @abc.abstractmethod
+    def links(self) -> Mapping[str, Link]:
+        """Node name -> its emulated link (empty with ``links.mode: none`` or none)."""
+
+    def restart_superlink(self) -> None:
+        """Restart the SuperLink with its state (fault ``superlink-restart``).
+
+        Raises
+        ------
+        NotSupported
+            When there is no SuperLink this backend owns.
+        """
+        raise self._not_supported("restart_superlink")
 
     # -- the Flower run ----------------------------------------------------------------
-    def submit(self, run_config: dict[str, object]) -> Process: ...
-    def attach(self, flwr_run_id: int) -> Process: ...
-    def flwr_run_id(self) -> int | None: ...
+    @abc.abstractmethod
+    def submit(self, run_config: dict[str, object]) -> Process:
+        """Submit the Flower app with ``run_config``; the process ends with the run."""
+
+    def attach(self, flwr_run_id: int) -> Process:
+        """Stream run ``flwr_run_id`` again after a SuperLink restart.
+
+        Raises
+        ------
+        NotSupported
+            When a run cannot be re-attached (simulation).
+        """
+        raise self._not_supported("attach")
+
+    @abc.abstractmethod
+    def flwr_run_id(self) -> int | None:
+        """The Flower run id of the submitted run (None: unknown, or no SuperLink)."""
+
+    # -- a workload's own processes and links ------------------------------------------
+    def start_services(
+        self, commands: Mapping[str, list[str]], ports: Mapping[str, int], timeout_s: float = 60.0
+    ) -> dict[str, int]:
+        """Start nodes that run a workload's own server, each behind its link.
+
+        Parameters
+        ----------
+        commands : Mapping[str, list[str]]
+            Node name -> the command of its server.
+        ports : Mapping[str, int]
+            Node name -> the 127.0.0.1 port its server listens on.
+        timeout_s : float
+            How long a server may take to listen, s.
+
+        Returns
+        -------
+        dict[str, int]
+            Node name -> the 127.0.0.1 port that reaches it through its link.
+
+        Raises
+        ------
+        NotSupported
+            When the backend cannot start service nodes.
+        """
+        raise self._not_supported("start_services")
+
+    def start_processes(self, commands: Mapping[str, list[str]]) -> dict[str, str]:
+        """Start nodes that run a workload's own program (no port waited for).
+
+        Returns
+        -------
+        dict[str, str]
+            Node name -> its process key (for :meth:`process`).
+
+        Raises
+        ------
+        NotSupported
+            When the backend cannot start programs on nodes.
+        """
+        raise self._not_supported("start_processes")
+
+    def open_links(self, specs: Mapping[str, LinkSpec], server_port: int) -> dict[str, str]:
+        """One link per named node to ``server_port`` on this host.
+
+        Returns
+        -------
+        dict[str, str]
+            Node name -> the ``host:port`` it dials.
+
+        Raises
+        ------
+        NotSupported
+            When the backend cannot make a workload's own links.
+        """
+        raise self._not_supported("open_links")
+
+    def process(self, key: str) -> Popen:
+        """The host process of key ``key`` (from :meth:`start_processes`).
+
+        Raises
+        ------
+        NotSupported
+            When the backend has no processes of its own to hand out.
+        """
+        raise self._not_supported("process")
 
     # -- observations ------------------------------------------------------------------
-    def node_ids(self) -> dict[str, str]: ...
-    def node_limits(self) -> dict[str, dict[str, Any]]: ...
-    def resources(self) -> dict[str, NodeResources]: ...
-    def space_model(self) -> Any: ...
+    @abc.abstractmethod
+    def node_ids(self) -> dict[str, str]:
+        """Flower node id -> node name (empty when the backend has none)."""
+
+    @abc.abstractmethod
+    def node_limits(self) -> dict[str, dict[str, Any]]:
+        """Node name -> the limits in force on it (for the ``node_limits`` events)."""
+
+    @abc.abstractmethod
+    def resources(self) -> dict[str, NodeResources]:
+        """Node name -> one sample of its memory (MB) and CPU (percent of one core)."""
+
+    @abc.abstractmethod
+    def rss_mb(self) -> dict[str, float]:
+        """Node name -> resident memory of its processes (or container), MB."""
+
+    @abc.abstractmethod
+    def link_counters(self) -> dict[str, dict[str, Any]]:
+        """Node name -> its link's counters (``bytes_up``, ``bytes_down`` in bytes,
+        ``partitioned_s``, ``stalled_s`` in s, ``changes`` ...)."""
+
+    @abc.abstractmethod
+    def space_model(self) -> SpaceModel | None:
+        """The orbital model of the run's space tier (None: no space tier here)."""
+
+    def alive(self) -> dict[str, bool]:
+        """Process (or container) key -> whether it still runs.
+
+        Raises
+        ------
+        NotSupported
+            When the backend has no processes of its own to watch.
+        """
+        raise self._not_supported("alive")
+
+    def fleet_info(self) -> dict[str, Any]:
+        """What the fleet chose at start, for the ``fleet_ready`` event (docker:
+        ``links_mode``, ``links_fallback``); empty by default."""
+        return {}
+
+    def exit_reasons(self) -> dict[str, str]:
+        """Client node -> why it ended on its own, not by a fault (docker: ``oom``,
+        ``exited <code>``); empty by default."""
+        return {}
+
+    def mean_cpu_pct(self) -> dict[str, float]:
+        """Node name -> mean CPU use over the run, percent of one core, from the
+        engine's stats (docker); empty by default."""
+        return {}

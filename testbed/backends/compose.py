@@ -16,14 +16,13 @@ started by some other compose file with the fixed ports of :func:`compose_ports`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, NoReturn
 
 import yaml
 
 from testbed.backends import register_backend
-from testbed.backends.base import NodeResources
+from testbed.backends.base import NodeResources, NotSupported
 from testbed.backends.local import LocalBackend
-from testbed.backends.local_node import LocalNode
 from testbed.planner import Plan
 from testbed.procs import wait_port
 
@@ -107,9 +106,16 @@ def render_compose(plan: Plan, spec_path: str, image: str = "continuum-testbed:l
 
 @register_backend("compose")
 class ComposeBackend(LocalBackend):
-    """Attach to a fleet that docker-compose started; submit and record the run."""
+    """Attach to a fleet that docker-compose started; submit and record the run.
+
+    The containers are not this process's: it runs ``workload.fl`` only, makes no
+    emulated links (``links.mode: none``) and takes no faults.
+    """
 
     name = "compose"
+    workloads: ClassVar[frozenset[str] | None] = frozenset({"fl"})
+    link_kinds: ClassVar[frozenset[str] | None] = frozenset()  # (links.mode: none only)
+    fault_kinds: ClassVar[frozenset[str] | None] = frozenset()
 
     def __init__(self, plan: Plan, run_dir: Path, base_port: int = BASE_PORT) -> None:
         super().__init__(plan, run_dir)
@@ -127,9 +133,9 @@ class ComposeBackend(LocalBackend):
     def resources(self) -> dict[str, NodeResources]:
         return {}  # node processes live in other containers
 
-    def node(self, name: str) -> LocalNode:
+    def node(self, name: str) -> NoReturn:
         """Containers started by docker-compose are not this process's to act on."""
-        raise NotImplementedError(
+        raise NotSupported(
             f"node {name!r} runs in a docker-compose container: node faults need "
             "--backend docker (or local); docker-compose.yml's testbed service uses docker"
         )

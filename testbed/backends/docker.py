@@ -26,7 +26,7 @@ import shlex
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -157,6 +157,8 @@ class DockerBackend(LocalBackend):
     """
 
     name = "docker"
+    #: netem links fall back to proxy (saying why) where they cannot be made.
+    netem_needs_root = False
 
     def __init__(
         self, plan: Plan, run_dir: Path, warm: bool = True, image: str | None = None
@@ -180,10 +182,11 @@ class DockerBackend(LocalBackend):
         self.base_cpus: dict[str, float] = {}  # the profile's CPU quota of each container
         self.throttled: dict[str, dict[str, int]] = {}  # straggler: CFS counters at start
 
-    @staticmethod
-    def preflight(experiments: list[Experiment]) -> None:
-        """Check before anything is recorded (see :func:`preflight`)."""
-        del experiments  # (every links.mode runs: netem falls back to proxy, saying why)
+    @classmethod
+    def preflight(cls, experiments: Sequence[Experiment]) -> None:
+        """The declarations (every workload, link kind and fault kind: netem falls back
+        to proxy, saying why), then: an engine answers and has the image."""
+        super().preflight(experiments)
         check_image(connect(), image_name())
 
     # -- containers ---------------------------------------------------------------------

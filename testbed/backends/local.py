@@ -16,16 +16,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import tomli_w
 
 from nodes.agent import FLOWER_ENV, flower_bin
 from nodes.device_control import NodeControl
 from testbed.backends import register_backend
-from testbed.backends.base import NodeResources
+from testbed.backends.base import Backend, NodeResources, NotSupported
 from testbed.backends.local_node import LocalNode, cpu_seconds, remove_node_cgroups
 from testbed.backends.zygote import Zygote
 from testbed.emulation.kinds import LINK_KINDS, LinkEnds, link_kind
@@ -35,7 +35,7 @@ from testbed.procs import Popen, ProcGroup, children_map, free_port, wait_port
 
 if TYPE_CHECKING:
     from testbed.space.schedule import SpaceModel
-    from testbed.spec.models import LinkSpec
+    from testbed.spec.models import Experiment, LinkSpec
 
 APP_DIR = Path(__file__).resolve().parents[2] / "nodes" / "fl" / "app"
 SUPEREXEC_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"  # Flower's own setting, s
@@ -71,8 +71,12 @@ def _env(flwr_home: Path) -> dict[str, str]:
 
 
 @register_backend("local")
-class LocalBackend:
+class LocalBackend(Backend):
     """Start the plan's nodes as local processes and submit the Flower app.
+
+    It supports every workload, link kind and fault kind (the declarations of
+    :class:`~testbed.backends.base.Backend` stay None); :meth:`preflight` adds that
+    netem links need root.
 
     Parameters
     ----------
@@ -85,19 +89,18 @@ class LocalBackend:
     """
 
     name = "local"
+    #: netem links need a server namespace this process makes (root / CAP_NET_ADMIN).
+    netem_needs_root: ClassVar[bool] = True
 
     def __init__(self, plan: Plan, run_dir: Path, warm: bool = True) -> None:
-        self.plan = plan
-        self.run_dir = run_dir
+        super().__init__(plan, run_dir)
         self.warm = warm
         self.procs = ProcGroup()
-        self.superlink_port: int | None = None
         self.node_ports: dict[str, int] = {}
         self._cmds: dict[str, list[str]] = {}
         self._links: dict[str, Link] = {}  # client node -> its link (not with mode none)
         self._run_tag = secrets.token_hex(3)  # names host-wide objects (netem namespaces)
         self._space: SpaceModel | None = None
-        self.superlink_restarts = 0
         self.netns: str | None = None  # links.mode netem: the server namespace
         self._server_prefix: list[str] = []  # runs a program in the server's namespace
         self._client_prefix: dict[str, list[str]] = {}
@@ -105,6 +108,29 @@ class LocalBackend:
         self._cpu: dict[str, tuple[float, dict[int, float]]] = {}  # last CPU sample
         self._zygote: Zygote | None = None  # forks the client nodes (warm, not netem)
         self._beside: dict[str, list[str]] = {}  # node -> its other processes' keys
+
+    @classmethod
+    def preflight(cls, experiments: Sequence[Experiment]) -> None:
+        """The declarations (:meth:`Backend.preflight`), then: netem links (``links.mode``
+        or a link's ``kind``) need root here (:attr:`netem_needs_root`)."""
+        super().preflight(experiments)
+        if not cls.netem_needs_root or os.geteuid() == 0:
+            return
+        for exp in experiments:
+            mode = exp.links.mode
+            if mode == "none":
+                continue
+            fields = {"links.mode": mode} | {
+                f"links.{group}.{k}.kind": link.kind_in(mode)
+                for group, links in (("defaults", exp.links.defaults), ("nodes", exp.links.nodes))
+                for k, link in links.items()
+            }
+            where = next((f for f, kind in fields.items() if kind == "netem"), None)
+            if where is not None:
+                raise NotSupported(
+                    f"{where}: netem links on --backend {cls.name} need root "
+                    "(CAP_NET_ADMIN); use proxy"
+                )
 
     def _node_cmd(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "nodes", *args]
@@ -387,6 +413,11 @@ class LocalBackend:
         key = f"{name}.svc{len(beside) + 1 if beside else ''}"
         beside.append(key)
         return key
+
+    def process(self, key: str) -> Popen:
+        """The process of key ``key`` (a node, or ``<name>.svc`` from
+        :meth:`start_processes`)."""
+        return self.procs.procs[key]
 
     def processes_of(self, name: str) -> list[str]:
         """Process keys of node ``name``: its own and those of other workloads beside it."""

@@ -16,12 +16,12 @@ import json
 import os
 import secrets
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from testbed.backends import register_backend
-from testbed.backends.base import NodeResources
+from testbed.backends.base import Backend, NodeResources, NotSupported
 from testbed.procs import Popen, ProcGroup
 from testbed.simulation.clock import protocol_delay_s, startup_s
 from testbed.simulation.config import SimulationSpec
@@ -39,12 +39,14 @@ EXTRA = "continuum-testbed[sim]"
 
 
 def check_experiment(exp: Experiment) -> None:
-    """ValueError naming the key for what the simulation cannot do."""
+    """ValueError naming the key for what the simulation's own checks refuse: fault
+    kinds it cannot decide on virtual time (``faults[i].kind``,
+    :func:`testbed.simulation.vfaults.check_faults`) and an availability trace it cannot
+    read (``simulation.availability.path``). Workloads and link kinds are declared on
+    :class:`SimulationBackend` and checked by :meth:`SimulationBackend.preflight`."""
     from testbed.simulation.vfaults import check_faults
 
     check_faults(exp.faults)
-    if exp.workload.fl is None:
-        raise ValueError("workload: --backend simulation runs workload.fl only")
     avail = exp.simulation.availability if exp.simulation else None
     if avail is not None:
         from testbed.simulation.availability import load_trace
@@ -78,8 +80,15 @@ def protocol_terms(timing: str, sim: SimulationSpec, fleet_size: int = 1) -> dic
 
 
 @register_backend("simulation")
-class SimulationBackend:
+class SimulationBackend(Backend):
     """Run the plan's FL workload on Flower's Simulation Engine with a virtual clock.
+
+    It runs ``workload.fl`` only; links are modelled on the virtual clock (``links.mode``
+    proxy or none, every link of kind proxy); the fault kinds it takes are those it can
+    decide on virtual time (:func:`testbed.simulation.vfaults.check_faults`, called by
+    :meth:`preflight`). It has no node handles, no SuperLink to restart or re-attach to
+    and no service nodes (those members raise
+    :class:`~testbed.backends.base.NotSupported`).
 
     Parameters
     ----------
@@ -87,9 +96,15 @@ class SimulationBackend:
         The resolved run.
     run_dir : pathlib.Path
         Artifact folder of the run (settings, log).
+    ray_address : str, optional
+        Attach to this Ray cluster (default: ``simulation.ray_address``, else a local Ray).
     """
 
     name = "simulation"
+    workloads: ClassVar[frozenset[str] | None] = frozenset({"fl"})
+    #: Every link kind that prices itself on the virtual clock (``LinkKind.price``; one
+    #: that cannot, e.g. mmwave, says why: :func:`testbed.simulation.links.check_links`).
+    link_kinds: ClassVar[frozenset[str] | None] = None
     #: The fault schedule is decided on the virtual clock (testbed.simulation.vfaults),
     #: not by the control plane's chaos engine.
     decides_faults = True
@@ -97,18 +112,19 @@ class SimulationBackend:
     def __init__(
         self, plan: Plan, run_dir: Path, ray_address: str | None = None, **_options: Any
     ) -> None:
-        self.plan = plan
+        super().__init__(plan, run_dir)
         self.ray_address = ray_address
-        self.run_dir = run_dir
         self.procs = ProcGroup()
-        self.superlink_port: int | None = None
-        self.superlink_restarts = 0
 
-    @staticmethod
-    def preflight(experiments: list[Experiment]) -> None:
-        """Before anything is recorded: Ray installed, nothing the simulation cannot do."""
+    @classmethod
+    def preflight(cls, experiments: Sequence[Experiment]) -> None:
+        """The declarations, then: Ray installed, the faults decidable on virtual time
+        and the availability trace readable (:func:`check_experiment`)."""
+        super().preflight(experiments)
         if importlib.util.find_spec("ray") is None:
-            raise ValueError(f"--backend simulation: Ray is not installed; pip install '{EXTRA}'")
+            raise NotSupported(
+                f"--backend simulation: Ray is not installed; pip install '{EXTRA}'"
+            )
         for exp in experiments:
             check_experiment(exp)
             check_links(exp)  # every link's kind prices it on the virtual clock, or says why
@@ -118,7 +134,9 @@ class SimulationBackend:
         """Nothing to start: Ray starts with the simulation process."""
         check_experiment(self.plan.experiment)
 
-    def start_schedules(self) -> None:
+    def start_schedules(
+        self, only: Collection[str] | None = None, t0: float | None = None
+    ) -> None:
         """Nothing to play: link schedules and satellite passes are on the virtual clock."""
 
     def stop(self) -> None:
@@ -195,22 +213,12 @@ class SimulationBackend:
         cmd = [sys.executable, "-m", "testbed.simulation.runner", str(path)]
         return self.procs.start("simulation", cmd, self.run_dir / "logs" / "simulation.log", env)
 
-    def attach(self, flwr_run_id: int) -> Popen:
-        """A simulation cannot be re-attached (it has no SuperLink)."""
-        raise ValueError("--backend simulation: a simulation run cannot be re-attached")
-
     def flwr_run_id(self) -> int | None:
         """None: no SuperLink holds the run."""
         return None
 
-    def restart_superlink(self) -> None:
-        """No SuperLink to restart (refused in :func:`check_experiment`)."""
-        raise ValueError("--backend simulation: there is no SuperLink to restart")
-
-    def node(self, name: str) -> Any:
-        """No node handles: faults are decided on the virtual clock (a live injection
-        is rejected with this message)."""
-        raise ValueError(f"--backend simulation: node {name!r} is virtual (no handle)")
+    # (attach, restart_superlink, node: NotSupported, the base's defaults: a simulation
+    # has no SuperLink, and its nodes are virtual; faults are decided on its clock)
 
     # -- observations ------------------------------------------------------------------
     @property

@@ -41,6 +41,7 @@ import numpy as np
 from nodes.functions.identifier import MODES, identify_file
 from nodes.functions.worker import import_function, request_maker, worker_env
 from nodes.functions.workloads import module_path
+from testbed.backends.base import Backend
 from testbed.functions.arrivals import make_arrivals
 from testbed.functions.config import FunctionSpec, FunctionsSpec
 from testbed.functions.load import (
@@ -209,7 +210,7 @@ def prepare(ctx: RunContext) -> Prepared:
     return Prepared(spec, sites, paths, modes, reasons, cal, gflops, arrivals, placements)
 
 
-def start_nodes(backend: Any, prep: Prepared, ctx: RunContext) -> dict[str, FunctionNode]:
+def start_nodes(backend: Backend, prep: Prepared, ctx: RunContext) -> dict[str, FunctionNode]:
     """Step 4a: the backend starts a function runtime on every used node, behind its link."""
     used = sorted({pl.node for pl in prep.placements.values()})
     commands, ports, files = {}, {}, {}
@@ -223,11 +224,6 @@ def start_nodes(backend: Any, prep: Prepared, ctx: RunContext) -> dict[str, Func
                           "--profile-json", prof.model_dump_json(),
                           "--host-gflops", str(prep.host_gflops), "--gpu", prep.spec.gpu,
                           "--port-file", str(files[name]), "--port", str(ports[name])]  # fmt: skip
-    if not hasattr(backend, "start_services"):
-        raise ValueError(
-            f"--backend {backend.name}: the functions workload needs a backend that starts "
-            "service nodes (start_services); use --backend local"
-        )
     reach = backend.start_services(commands, ports, START_TIMEOUT_S)
     return {
         name: FunctionNode(name, ports[name], read_port_file(files[name])["gpu"], reach[name])

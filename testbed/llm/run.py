@@ -35,6 +35,7 @@ import torch
 
 from nodes.llm.model import ModelConfig, Stage
 from nodes.llm.wire import Client
+from testbed.backends.base import Backend
 from testbed.functions.arrivals import make_arrivals
 from testbed.functions.load import http_call
 from testbed.llm.config import POLICIES, LlmPipelineSpec, LlmRequestSpec
@@ -110,7 +111,7 @@ def partition(spec: LlmPipelineSpec, chains: list[Chain]) -> list[Cut]:
 
 
 def deploy(
-    ctx: RunContext, backend: Any, cfg: ModelConfig, replicas: list[Replica]
+    ctx: RunContext, backend: Backend, cfg: ModelConfig, replicas: list[Replica]
 ) -> dict[str, int]:
     """Start a stage server on every used node; node -> port reaching it (its link)."""
     ranges: dict[str, list[tuple[int, int]]] = {}
@@ -127,9 +128,6 @@ def deploy(
                           "--port", str(ports[name]), "--model-json", json.dumps(cfg.as_dict()),
                           "--ranges", json.dumps(rs), "--speed", str(prof.cpu_speed_factor),
                           "--memory-mb", str(prof.memory_mb)]  # fmt: skip
-    if not hasattr(backend, "start_services"):
-        raise ValueError(f"--backend {backend.name}: llm_pipeline needs service nodes "
-                         "(start_services); use --backend local or docker")  # fmt: skip
     reach: dict[str, int] = backend.start_services(commands, ports, START_TIMEOUT_S)
     return reach
 

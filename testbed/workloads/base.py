@@ -21,7 +21,9 @@ from testbed.spec.models import Experiment
 from testbed.store import RunStore
 
 if TYPE_CHECKING:
+    from testbed.backends.base import Backend
     from testbed.runner import RunResult
+    from testbed.workloads.together import SharedFleet
 
 
 class Observer(Protocol):
@@ -88,7 +90,7 @@ class RunContext:
     observer: Observer | None = None
     resume: bool = False
     section: str | None = None
-    fleet: Any = None
+    fleet: SharedFleet | None = None
 
     @property
     def experiment(self) -> Experiment:
@@ -98,16 +100,17 @@ class RunContext:
     def seed(self) -> int:
         return self.plan.seed
 
-    def make_backend(self) -> Any:
+    def make_backend(self) -> Backend:
         """A fresh backend of this run (not started), from the backends registry; the
-        run's shared fleet when several workloads run together."""
+        run's shared fleet (itself a :class:`Backend`) when several workloads run
+        together."""
         from testbed.backends import get_backend
 
         if self.fleet is not None:
             return self.fleet.acquire()
         return get_backend(self.backend)(self.plan, self.run_dir, **dict(self.backend_options))
 
-    def chaos_engine(self, backend: Any) -> Any:
+    def chaos_engine(self, backend: Backend) -> Any:
         """The run's chaos engine on ``backend`` (one per fleet: several workloads of a
         run share the fault schedule, started once)."""
         from testbed.chaos import ChaosEngine

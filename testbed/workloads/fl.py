@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from nodes.fl.config import FLSpec
+from testbed.backends.base import Backend
 from testbed.chaos import ChaosEngine, finalize_statuses
 from testbed.store import RunStore
 from testbed.workloads import register_workload
@@ -59,7 +60,7 @@ class FlRun:
         The fleet (not started yet).
     """
 
-    def __init__(self, ctx: RunContext, backend: Any) -> None:
+    def __init__(self, ctx: RunContext, backend: Backend) -> None:
         spec = ctx.experiment.workload.fl
         assert spec is not None
         self.ctx, self.spec, self.backend = ctx, spec, backend
@@ -94,9 +95,9 @@ class FlRun:
 
     def engine_exits(self) -> None:
         """A node container that died on its own (docker: an OOM kill) is a node down
-        with the engine's reason, once (backends without ``exit_reasons`` have none)."""
+        with the engine's reason, once (backends without one report none)."""
         assert self.chaos is not None
-        for name, why in getattr(self.backend, "exit_reasons", dict)().items():
+        for name, why in self.backend.exit_reasons().items():
             if name not in self.gone:
                 self.gone.add(name)
                 self.chaos.node_down(name, why, "engine")
@@ -106,13 +107,13 @@ class FlRun:
         ctx, store, plan = self.ctx, self.ctx.store, self.ctx.plan
         store.add_event(ctx.run_id, "fleet_starting", nodes=[n.name for n in plan.nodes])
         self.backend.start()
-        info: dict[str, Any] = getattr(self.backend, "fleet_info", dict)()  # docker: links
+        info = self.backend.fleet_info()  # docker: the links in force
         store.add_event(
             ctx.run_id, "fleet_ready", superlink_port=self.backend.superlink_port, **info
         )
         for name, lim in self.backend.node_limits().items():
             store.add_event(ctx.run_id, "node_limits", node=name, **lim)
-        if getattr(self.backend, "decides_faults", False):  # simulation: on virtual time
+        if self.backend.decides_faults:  # simulation: on virtual time
             plan = dataclasses.replace(plan, faults=())
             self.chaos = ChaosEngine(plan, self.backend, store, ctx.run_id, plan.seed)
         else:
@@ -198,7 +199,7 @@ class FlRun:
         record_link_counters(store, run_id, links, read_at)
         for name, mb in self.peak.items():
             store.add_metric(run_id, "peak_rss_mb", mb, node=name)
-        for name, pct in getattr(self.backend, "mean_cpu_pct", dict)().items():
+        for name, pct in self.backend.mean_cpu_pct().items():
             store.add_metric(run_id, "mean_cpu_pct", pct, node=name)  # engine stats (docker)
         finalize_statuses(store, run_id, self.ctx.plan, self.spec.rounds)
         round_clock(store, run_id, self.backend.space_model())

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from nodes.semantic.config import SemanticOffloadSpec
+from testbed.backends.base import Backend
 from testbed.chaos import ChaosEngine
 from testbed.procs import free_port, wait_port
 from testbed.spec.models import LinkSpec
@@ -107,11 +108,12 @@ def snr_steps(spec: SemanticOffloadSpec, links: dict[str, LinkSpec]) -> dict[str
     return out
 
 
-def _clock(ctx: RunContext, backend: Any) -> float:
+def _clock(ctx: RunContext, backend: Backend) -> float:
     """Start the links' schedules (once per fleet); the epoch time of their origin."""
     if ctx.fleet is not None:
-        backend.start_schedules()
-        t0 = float(backend.schedules_t0)
+        ctx.fleet.start_schedules()
+        assert ctx.fleet.schedules_t0 is not None  # (set by start_schedules)
+        t0 = ctx.fleet.schedules_t0
     else:
         t0 = time.monotonic()
         backend.start_schedules(t0=t0)
@@ -122,7 +124,7 @@ def _speed(ctx: RunContext, name: str) -> float:
     return next(n.profile.cpu_speed_factor for n in ctx.plan.nodes if n.name == name)
 
 
-def _deploy(ctx: RunContext, backend: Any, spec: SemanticOffloadSpec, folder: Path,
+def _deploy(ctx: RunContext, backend: Backend, spec: SemanticOffloadSpec, folder: Path,
             links: dict[str, LinkSpec], share: int) -> tuple[dict[str, Path], list[str]]:
     """Fog server, device links, device processes; device name -> its results file,
     and the devices' process keys."""
@@ -130,7 +132,7 @@ def _deploy(ctx: RunContext, backend: Any, spec: SemanticOffloadSpec, folder: Pa
     fog_cmd = [sys.executable, "-m", "nodes.semantic.fog", "--dir", str(folder),
                "--port", str(port), "--speed-factor", str(_speed(ctx, spec.fog))]
     fog_key = backend.start_processes({spec.fog: fog_cmd})[spec.fog]
-    wait_port(port, 120.0, backend.procs.procs[fog_key])
+    wait_port(port, 120.0, backend.process(fog_key))
     reach = backend.open_links(links, port)
     outs = {d: ctx.run_dir / "nodes" / d / "offload.jsonl" for d in spec.devices}
     commands, origin, steps = {}, _clock(ctx, backend), snr_steps(spec, links)
@@ -146,7 +148,7 @@ def _deploy(ctx: RunContext, backend: Any, spec: SemanticOffloadSpec, folder: Pa
     return outs, [keys[d] for d in spec.devices]
 
 
-def _wait_devices(backend: Any, devices: list[str], chaos: ChaosEngine, timeout_s: float,
+def _wait_devices(backend: Backend, devices: list[str], chaos: ChaosEngine, timeout_s: float,
                   ctx: RunContext, expected: int, outs: dict[str, Path]) -> None:
     """Until every device process has exited (or the timeout)."""
     deadline = time.monotonic() + timeout_s
@@ -227,11 +229,11 @@ def _radio_records(counters: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _counters(ctx: RunContext, backend: Any, devices: list[str]) -> dict[str, dict[str, Any]]:
+def _counters(ctx: RunContext, backend: Backend, devices: list[str]) -> dict[str, dict[str, Any]]:
     """The devices' link counters; recorded here when the fleet is this workload's own
     (a shared fleet records every link's once, when it stops)."""
     if ctx.fleet is not None:
-        live = backend.live_link_counters()
+        live = ctx.fleet.live_link_counters()
         return {d: live[d] for d in devices if d in live}
     counters: dict[str, dict[str, Any]] = backend.link_counters()
     record_link_counters(ctx.store, ctx.run_id, counters)
@@ -250,10 +252,6 @@ def run_offload(ctx: RunContext) -> dict[str, Any]:
                         ctx.progress)
     share = ref["num_samples"] // len(spec.devices)
     backend = ctx.make_backend()
-    for needed in ("start_processes", "open_links"):
-        if not hasattr(backend, needed):
-            raise ValueError(f"--backend {backend.name}: semantic offload needs a backend "
-                             f"with {needed}; use --backend local")
     counters: dict[str, dict[str, Any]] = {}
     outs = {d: ctx.run_dir / "nodes" / d / "offload.jsonl" for d in spec.devices}
     expected = share * len(spec.devices) * len(spec.schemes)

@@ -20,18 +20,30 @@ ONE :class:`SharedFleet`:
   recorded once, then.
 
 A workload plugs in by getting its backend from ``ctx.make_backend()`` and its chaos
-engine from ``ctx.chaos_engine(backend)``; it needs nothing else.
+engine from ``ctx.chaos_engine(backend)``; it needs nothing else. :class:`SharedFleet`
+is itself a :class:`~testbed.backends.base.Backend`: it declares every member and
+hands each to the run's backend (no attribute lookup falls through).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from testbed.backends.base import Backend, NodeHandle, NodeResources, Process
 from testbed.chaos import ChaosEngine
 from testbed.spec.models import FaultSpec
 from testbed.workloads.base import RunContext, record_link_counters
+
+if TYPE_CHECKING:
+    from testbed.emulation.link import Link
+    from testbed.procs import Popen
+    from testbed.space.schedule import SpaceModel
+    from testbed.spec.models import LinkSpec
+
+T = TypeVar("T")
 
 
 class SharedChaos(ChaosEngine):
@@ -68,9 +80,10 @@ class SharedChaos(ChaosEngine):
         return [n.name for n in nodes if n.tier == f.tier]
 
 
-class SharedFleet:
-    """One backend that the workloads of a run share (attributes not defined here are
-    the backend's own).
+class SharedFleet(Backend):
+    """One backend that the workloads of a run share: a :class:`Backend` that hands
+    every member to the run's backend, starting the fleet, its schedules and its chaos
+    engine once and stopping it when the last workload released it.
 
     Parameters
     ----------
@@ -80,11 +93,16 @@ class SharedFleet:
         How many workloads share it; the fleet stops when they all released it.
     """
 
+    name = "shared"
+
     def __init__(self, ctx: RunContext, users: int) -> None:
         from testbed.backends import get_backend
 
         self.ctx, self.users = ctx, users
+        self.plan, self.run_dir = ctx.plan, ctx.run_dir
         self.backend = get_backend(ctx.backend)(ctx.plan, ctx.run_dir, **dict(ctx.backend_options))
+        # (a backend that decides faults itself runs one workload: its preflight says so)
+        assert not self.backend.decides_faults, "a shared fleet's faults are the chaos engine's"
         self.lock = threading.RLock()  # flags and counts (held briefly)
         self.start_lock = threading.Lock()  # the fleet's start (held while it starts)
         self.services_lock = threading.Lock()  # one workload's services at a time
@@ -96,12 +114,25 @@ class SharedFleet:
         # a run with FL clients starts its SuperLink and SuperNodes before any service
         self.starts = any(n.role == "client" and "fl" in n.workloads for n in ctx.plan.nodes)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.backend, name)
-
     def acquire(self) -> SharedFleet:
         """What ``ctx.make_backend()`` returns to each workload."""
         return self
+
+    # -- the backend's state, as the backend holds it ---------------------------------
+    @property
+    def superlink_port(self) -> int | None:  # type: ignore[override]
+        """The backend's SuperLink port (None before it started)."""
+        return self.backend.superlink_port
+
+    @property
+    def superlink_restarts(self) -> int:  # type: ignore[override]
+        """How many times the backend's SuperLink was restarted."""
+        return self.backend.superlink_restarts
+
+    @property
+    def links(self) -> Mapping[str, Link]:
+        """Every link of the fleet (all workloads')."""
+        return self.backend.links
 
     def start(self, timeout_s: float = 60.0) -> None:
         """Start the fleet (once; another workload's call waits until it is up)."""
@@ -110,35 +141,85 @@ class SharedFleet:
                 self.backend.start(timeout_s)
                 self.started = True
 
-    def start_services(self, commands: Any, ports: Any, timeout_s: float = 60.0) -> Any:
+    def start_services(
+        self, commands: Mapping[str, list[str]], ports: Mapping[str, int], timeout_s: float = 60.0
+    ) -> dict[str, int]:
         """Start a workload's services on its nodes, after the FL fleet is up (so that
         they join the nodes' processes and links); links made for them play their
         schedules on the clock the others' started on."""
-        return self._after_fleet(self.backend.start_services, commands, ports, timeout_s)
+        return self._after_fleet(
+            lambda: self.backend.start_services(commands, ports, timeout_s)
+        )
 
-    def start_processes(self, commands: Any) -> Any:
+    def start_processes(self, commands: Mapping[str, list[str]]) -> dict[str, str]:
         """Start a workload's own programs on its nodes (after the FL fleet is up: a
         node that also runs a SuperNode keeps it; the program runs beside it)."""
-        return self._after_fleet(self.backend.start_processes, commands)
+        return self._after_fleet(lambda: self.backend.start_processes(commands))
 
-    def open_links(self, specs: Any, server_port: int) -> Any:
+    def open_links(self, specs: Mapping[str, LinkSpec], server_port: int) -> dict[str, str]:
         """A workload's own links (e.g. semantic offload's devices to their fog), made
         after the FL fleet's; they play their schedules on the others' clock."""
-        return self._after_fleet(self.backend.open_links, specs, server_port)
+        return self._after_fleet(lambda: self.backend.open_links(specs, server_port))
 
-    def _after_fleet(self, call: Any, *args: Any) -> Any:
-        """``call(*args)`` once the FL fleet is up, one workload at a time; the links it
+    def _after_fleet(self, call: Callable[[], T]) -> T:
+        """``call()`` once the FL fleet is up, one workload at a time; the links it
         made start their schedules on the clock the others' started on."""
         if self.starts:
             self.start()
         with self.services_lock:
             before = set(self.backend.links)
-            out = call(*args)
+            out = call()
             new = set(self.backend.links) - before
         with self.lock:
             if self.schedules_t0 is not None and new:
                 self.backend.start_schedules(only=new, t0=self.schedules_t0)
         return out
+
+    # -- the backend's members, handed on ------------------------------------------------
+    def node(self, name: str) -> NodeHandle:
+        return self.backend.node(name)
+
+    def restart_superlink(self) -> None:
+        self.backend.restart_superlink()
+
+    def submit(self, run_config: dict[str, object]) -> Process:
+        return self.backend.submit(run_config)
+
+    def attach(self, flwr_run_id: int) -> Process:
+        return self.backend.attach(flwr_run_id)
+
+    def flwr_run_id(self) -> int | None:
+        return self.backend.flwr_run_id()
+
+    def process(self, key: str) -> Popen:
+        return self.backend.process(key)
+
+    def node_ids(self) -> dict[str, str]:
+        return self.backend.node_ids()
+
+    def node_limits(self) -> dict[str, dict[str, Any]]:
+        return self.backend.node_limits()
+
+    def resources(self) -> dict[str, NodeResources]:
+        return self.backend.resources()
+
+    def rss_mb(self) -> dict[str, float]:
+        return self.backend.rss_mb()
+
+    def space_model(self) -> SpaceModel | None:
+        return self.backend.space_model()
+
+    def alive(self) -> dict[str, bool]:
+        return self.backend.alive()
+
+    def fleet_info(self) -> dict[str, Any]:
+        return self.backend.fleet_info()
+
+    def exit_reasons(self) -> dict[str, str]:
+        return self.backend.exit_reasons()
+
+    def mean_cpu_pct(self) -> dict[str, float]:
+        return self.backend.mean_cpu_pct()
 
     def live_link_counters(self) -> dict[str, dict[str, Any]]:
         """The shared links' counters now (for a workload's summary; the fleet's rows
@@ -146,13 +227,18 @@ class SharedFleet:
         counters: dict[str, dict[str, Any]] = self.backend.link_counters()
         return counters
 
-    def start_schedules(self) -> None:
-        """Play the links' schedules from now (once)."""
+    def start_schedules(
+        self, only: Collection[str] | None = None, t0: float | None = None
+    ) -> None:
+        """Play the links' schedules from now (once); ``only``: those nodes' links, on
+        the fleet's clock (``t0`` if it has none yet)."""
         import time
 
         with self.lock:
-            if self.schedules_t0 is None:
-                self.schedules_t0 = time.monotonic()
+            if only is not None:
+                self.backend.start_schedules(only=only, t0=self.schedules_t0 or t0)
+            elif self.schedules_t0 is None:
+                self.schedules_t0 = time.monotonic() if t0 is None else t0
                 self.backend.start_schedules(t0=self.schedules_t0)
 
     def chaos_engine(self) -> SharedChaos:

@@ -24,7 +24,8 @@ def _backend_class(obj: Any) -> type[Backend]:
     return obj
 
 
-BACKENDS: Registry[type[Backend]] = Registry("backend")
+#: The built-ins are the modules of this package (each registers itself on first lookup).
+BACKENDS: Registry[type[Backend]] = Registry("backend", builtins="testbed.backends")
 B = TypeVar("B", bound=type[Backend])
 
 
@@ -41,8 +42,6 @@ def register_backend(name: str) -> Callable[[B], B]:
 
 def get_backend(name: str) -> type[Backend]:
     """The backend class registered as ``name`` (ValueError naming --backend otherwise)."""
-    from testbed.backends import compose, docker, local, simulation  # noqa: F401  (register themselves)
-
     try:
         return BACKENDS[name]
     except ValueError as e:

@@ -157,7 +157,9 @@ def _fault_kind_class(obj: object) -> type[FaultKind]:
 
 
 #: Fault kinds by name; ``kind: package.module:Class`` names a kind outside the testbed.
-FAULT_KINDS: Registry[type[FaultKind]] = Registry("fault kind", validate=_fault_kind_class)
+FAULT_KINDS: Registry[type[FaultKind]] = Registry(
+    "fault kind", validate=_fault_kind_class, builtins="testbed.faults"
+)
 
 
 def register_fault(name: str) -> Callable[[type[FaultKind]], type[FaultKind]]:

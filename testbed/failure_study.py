@@ -28,18 +28,15 @@ from testbed.failure_study_runs import (
     load_sweep,
 )
 from testbed.report_pages import Section, write_pages
+from testbed.stats import fmt_mean_std, mean_std
 from testbed.store import RunStore
 
 __all__ = ["RunFigures", "load_sweep", "summarize", "write_failure_study"]
 
 
 def _ms(values: Sequence[float | None]) -> str:
-    """``mean ± std`` of the values that exist ("-" when none)."""
-    vals = [v for v in values if v is not None]
-    if not vals:
-        return "-"
-    sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
-    return f"{statistics.mean(vals):.3f} ± {sd:.3f}"
+    """``mean ± std`` of the values that exist ("-" when none; one value: ``± 0.000``)."""
+    return fmt_mean_std(values, 3, one="zero", count_missing=False)
 
 
 def _ms_seeds(values: Sequence[float]) -> str:
@@ -127,7 +124,7 @@ def _mean(values: Sequence[float | None], empty: float) -> float:
 
 def _std(values: Sequence[float | None]) -> float:
     vals = [v for v in values if v is not None]
-    return statistics.stdev(vals) if len(vals) > 1 else 0.0
+    return (mean_std(vals)[1] or 0.0) if vals else 0.0
 
 
 def _mean_curve(fs: list[RunFigures], attr: str) -> tuple[list[int], list[float]]:

@@ -56,6 +56,7 @@ from bench.diloco_clock import (  # noqa: E402
 from testbed.runner import run_experiment  # noqa: E402
 from testbed.spec.loader import load_spec  # noqa: E402
 from testbed.spec.models import Experiment  # noqa: E402
+from testbed.stats import fmt_mean_std  # noqa: E402
 from testbed.store import RunStore  # noqa: E402
 
 CONFIGS = ["fedavg:1", "fedavg:4", "diloco:4"]
@@ -165,12 +166,10 @@ def reach(r: Result, target: float) -> tuple[int | None, float | None, float | N
 
 
 def ms(vals: list[float], fmt: str = ".2f") -> str:
-    """Mean +- sample standard deviation (one value: the value alone)."""
-    if not vals:
-        return "not reached"
-    if len(vals) == 1:
-        return f"{vals[0]:{fmt}}"
-    return f"{statistics.mean(vals):{fmt}} +- {statistics.stdev(vals):{fmt.lstrip('+')}}"
+    """Mean +- sample standard deviation (one value: the value alone); ``fmt`` is
+    ``".Nf"`` or ``"+.Nf"`` (a signed mean)."""
+    digits = int(fmt.rstrip("f").rsplit(".", 1)[1])
+    return fmt_mean_std(vals, digits, sign=fmt.startswith("+"), sep=" +- ", empty="not reached")
 
 
 def groups(results: list[Result]) -> dict[str, list[Result]]:

@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from testbed.runner import run_experiment  # noqa: E402
 from testbed.spec.loader import load_spec  # noqa: E402
+from testbed.stats import fmt_mean_std  # noqa: E402
 from testbed.store import RunStore  # noqa: E402
 
 POLICIES = ("hyperion", "gpipe", "heft")
@@ -74,11 +75,7 @@ def fmt(x: Any, nd: int = 0) -> str:
 def cell(rs: list[dict[str, Any]], key: str, nd: int = 0) -> str:
     """mean +- std over seeds (n/a where not run)."""
     vals = [r[key] for r in rs if r.get(key) is not None]
-    if not vals:
-        return "n/a"
-    if len(vals) == 1:
-        return fmt(vals[0], nd)
-    return f"{statistics.mean(vals):.{nd}f} +- {statistics.stdev(vals):.{nd}f}"
+    return fmt_mean_std(vals, nd, sep=" +- ", empty="n/a")
 
 
 def report(results: list[dict[str, Any]]) -> str:

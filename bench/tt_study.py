@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -32,6 +31,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from testbed.stats import fmt_mean_std  # noqa: E402
 from testbed.store import RunStore  # noqa: E402
 
 
@@ -93,14 +93,10 @@ def collect(stores: list[str]) -> dict[str, dict[int, dict[str, Any]]]:
 
 
 def mstd(xs: list[float], scale: float = 1.0, fmt: str = "{:.3f}") -> str:
-    """'mean +- std' (sample std; n shown when < 2)."""
-    if not xs:
-        return "-"
-    m = statistics.fmean(xs) * scale
-    if len(xs) < 2:
-        return fmt.format(m) + " (n=1)"
-    std = fmt.replace("+", "").format(statistics.stdev(xs) * scale)
-    return f"{fmt.format(m)} ± {std}"
+    """'mean +- std' (sample std; n shown when < 2) of ``xs`` times ``scale``; ``fmt`` is
+    ``"{:.Nf}"`` or ``"{:+.Nf}"`` (a signed mean)."""
+    digits = int(fmt.rstrip("f}").rsplit(".", 1)[1])
+    return fmt_mean_std(xs, digits, scale=scale, sign="+" in fmt, one="n")
 
 
 def summary_rows(runs: dict[str, dict[int, dict[str, Any]]]) -> list[dict[str, Any]]:

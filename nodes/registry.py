@@ -1,4 +1,4 @@
-"""Extension hooks registered by name (house rule 6).
+"""Extension hooks registered by name (house rule 6, CONTRIBUTING.md).
 
 Datasets, partitioners, models, strategies, placement policies, radio tasks, fault kinds,
 link kinds and backends are each a :class:`Registry`. A registry maps a short name to

@@ -1,7 +1,8 @@
 """Tasks for semantic multiplexing: built-in digits tasks, CIFAR-10 and CSV sentiment.
 
-Tasks are registered by name (house rule 6). Each gives a :class:`TaskData` with float32
-inputs and integer labels, split into train and test. Nothing here downloads anything.
+Tasks are registered by name (house rule 6, CONTRIBUTING.md). Each gives a
+:class:`TaskData` with float32 inputs and integer labels, split into train and test.
+Nothing here downloads anything.
 
 Beyond the digits: ``cifar10`` and ``text_sentiment`` read user files (CIFAR-10
 python-pickle batches, a ``text,label`` CSV); ``shapes10`` and ``synthetic_sentiment``

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from testbed.failure_study import RunFigures, _skew_key, _timing, fail_rounds_of
+from testbed.failure_study_runs import RunFigures, _skew_key, _timing, fail_rounds_of
 
 
 def determinism(figs: list[RunFigures]) -> tuple[list[str], list[list[str]]]:

@@ -81,7 +81,8 @@ def assert_fast_rounds(store: RunStore, run_id: str) -> None:
     training plus the profile's emulated slowdown; equal to ``train_duration_s`` on a
     host-speed profile) + PROTOCOL_SLACK_S: the median over the rounds of (round -
     compute), so that one round slowed by another process on a loaded 2-core CI machine
-    does not decide (measured 0.61-0.89 s over, docs/benchmarks.md, fourth lean pass)."""
+    does not decide (measured 0.61-0.89 s over, docs/history/benchmarks-journal.md, fourth
+    lean pass)."""
     compute: dict[int, float] = {}
     for r, _n, _k, v, _t in store.metrics(run_id, "device_time_s"):
         compute[r] = max(compute.get(r, 0.0), v)

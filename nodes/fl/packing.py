@@ -3,10 +3,11 @@
 Flower sends every array of an ``ArrayRecord`` as its own objects (an ``Array`` and its
 chunk), and every object is its own request through the SuperLink, three hops each way.
 The testbed's CNN (8 tensors) is 20 objects a message; one flat array makes it 5, which
-more than halves a fast round's protocol time on 2 cores (docs/benchmarks.md, fourth
-pass). In ``fast`` mode the ServerApp's grid packs the model of every message it pushes
-(:func:`pack_grid`) and unpacks every reply, and the ClientApp does the reverse
-(:func:`unpack`, :func:`pack`), so strategies, checkpoints, telemetry and the TT uplink
+more than halves a fast round's protocol time on 2 cores
+(docs/history/benchmarks-journal.md, fourth lean pass). In ``fast`` mode the ServerApp's
+grid packs the model of every message it pushes (:func:`pack_grid`) and unpacks every
+reply, and the ClientApp does the reverse (:func:`unpack`, :func:`pack`), so strategies,
+checkpoints, telemetry and the TT uplink
 see the usual per-layer ``ArrayRecord``. ``flower`` mode sends Flower's message content
 unchanged. Only a record of float32 arrays is packed (anything else, e.g. a TT-encoded
 update, travels as it is).

@@ -191,9 +191,10 @@ def fleet_scale(fleet_size: int) -> float:
     Every SuperNode's empty pull and object-pull retry is a request to the one
     SuperLink: 4 SuperNodes pulling every 0.1 s make 40 requests a second, 60 of them
     600, which saturate the SuperLink on a 2-core machine (a 60-node fleet in ``fast``
-    mode then completed no round, ``docs/benchmarks.md``). The waits grow with the fleet
-    (``fleet_size / POLL_FLEET``, at least 1) so that the SuperLink's load from polls
-    stays that of :data:`POLL_FLEET` nodes; each stays at most Flower's own wait.
+    mode then completed no round, ``docs/history/benchmarks-journal.md``). The waits grow
+    with the fleet (``fleet_size / POLL_FLEET``, at least 1) so that the SuperLink's load
+    from polls stays that of :data:`POLL_FLEET` nodes; each stays at most Flower's own
+    wait.
     """
     return max(1.0, fleet_size / POLL_FLEET)
 

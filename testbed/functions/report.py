@@ -18,15 +18,14 @@ from testbed.functions.seeds import (
     RunFigures,
     by_policy,
     decision_of,
-    fmt_mean_std,
     function_table,
-    mean_std,
     policy_table,
     reduction_table,
     seed_table,
 )
 from testbed.report_pages import Section, write_pages
 from testbed.rows import RunRow
+from testbed.stats import fmt_mean_std, mean_std
 from testbed.store import RunStore
 
 

@@ -5,15 +5,17 @@ policy once per seed; the seed draws the arrivals, so runs of different policies
 the same seed see the same requests. This module turns the runs' summaries and the
 runtime's decisions into figures per (policy, function, seed) and aggregates them: the
 mean and the sample standard deviation (n - 1) over seeds, with the per-seed values
-kept beside them in seed order. Nothing here reads the store; :mod:`.report` does.
+kept beside them in seed order (:mod:`testbed.stats`). Nothing here reads the store;
+:mod:`.report` does.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from testbed.stats import fmt_mean_std
 
 ORDER = ("static-cpu", "static-gpu", "gaia", "link-aware", "gaia-link")
 GPU_MODES = ("gpu", "gpu_preferred")
@@ -105,24 +107,6 @@ class RunFigures:
             raise ValueError(f"{metric}: no total over functions")
         vals = [self.fn(name, metric) for name in self.functions]
         return sum(v for v in vals if v is not None)
-
-
-def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
-    """Mean and sample standard deviation (n - 1); the std is None for one value."""
-    if not values:
-        raise ValueError("mean_std: no values")
-    sd = statistics.stdev(values) if len(values) > 1 else None
-    return statistics.fmean(values), sd
-
-
-def fmt_mean_std(values: Sequence[float | None], nd: int = 1) -> str:
-    """``mean ± std`` of the values that exist; ``(n=k)`` added when some are missing."""
-    vals = [v for v in values if v is not None]
-    if not vals:
-        return "-"
-    m, sd = mean_std(vals)
-    text = f"{m:.{nd}f}" + (f" ± {sd:.{nd}f}" if sd is not None else "")
-    return text + (f" (n={len(vals)})" if len(vals) < len(values) else "")
 
 
 def fmt_seeds(values: Sequence[float | None], nd: int = 1) -> str:

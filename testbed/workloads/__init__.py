@@ -1,4 +1,4 @@
-"""Workloads registered by the section of ``workload:`` they run (CONTRIBUTING.md, rule 6).
+"""Workloads registered by the section of ``workload:`` they run (house rule 6, CONTRIBUTING.md).
 
 The runner, the controller, ``testbed report`` and the dashboard decide a run's
 workload here and nowhere else: :func:`section_of` (a parsed spec),

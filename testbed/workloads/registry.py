@@ -1,4 +1,4 @@
-"""The workload registry: one class per section of ``workload:`` (CONTRIBUTING.md, rule 6).
+"""The workload registry: one class per section of ``workload:`` (house rule 6, CONTRIBUTING.md).
 
 A module of its own, importing nothing of the workloads, so that the spec
 (:mod:`testbed.spec.models`, which validates each section with its workload's

@@ -15,14 +15,13 @@ from testbed.functions.seeds import (
     Decision,
     RunFigures,
     by_policy,
-    fmt_mean_std,
     fmt_seeds,
     function_table,
-    mean_std,
     policy_table,
     reduction_table,
     seed_table,
 )
+from testbed.stats import fmt_mean_std
 from testbed.store import RunStore
 
 PROMOTE = ("cpu_preferred", "gpu_preferred")
@@ -60,15 +59,6 @@ def dec(t: float, function: str, move: tuple[str, str], applied: bool = True) ->
 
 def run(policy: str, seed: int, decisions: tuple[Decision, ...] = (), **fns: Any) -> RunFigures:
     return RunFigures(policy, seed, f"{policy}-{seed}", summary(policy, **fns), decisions)
-
-
-def test_mean_std_is_the_sample_std() -> None:
-    assert mean_std([1.0, 2.0, 3.0]) == (2.0, 1.0)  # n - 1: population std would be 0.816
-    m, sd = mean_std([10.0, 20.0])
-    assert m == 15.0 and sd == pytest.approx(7.0711, abs=1e-4)
-    assert mean_std([4.0]) == (4.0, None)  # one seed: no spread, not a zero spread
-    with pytest.raises(ValueError):
-        mean_std([])
 
 
 def test_formatting_marks_missing_seeds() -> None:

@@ -210,7 +210,7 @@ def ls(out: OutOpt = Path("runs")) -> None:
     t = Table()
     for col in ("run", "name", "status", "seed", "final acc", "wall s", "sweep"):
         t.add_column(col)
-    t.add_column("cause", ratio=1)  # cut to 40 characters (testbed show: all of it)
+    t.add_column("cause", ratio=1)  # cut to 50 characters (testbed show: all of it)
     for r in store.runs():
         s = r.summary_dict
         acc = s.get("final_global_acc")
@@ -223,7 +223,7 @@ def ls(out: OutOpt = Path("runs")) -> None:
             "-" if acc is None else f"{acc:.3f}",
             f"{s['wall_s']:.1f}" if "wall_s" in s else "-",
             r.sweep_id or "",
-            "" if cause is None else escape(cause.short(40)),
+            "" if cause is None else escape(cause.short(50)),
         )
     console.print(t)
 

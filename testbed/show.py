@@ -92,9 +92,9 @@ def _natural(name: str) -> list[Any]:
 
 
 def statuses_table(rows: list[StatusRow]) -> Table:
-    """Round x node statuses; nodes with the same status in every round share a row,
-    at most :data:`MAX_NODE_ROWS` rows and :data:`MAX_ROUNDS` round columns (the
-    totals cover every round)."""
+    """Round x node statuses; nodes with the same status in every round share a row
+    (largest groups first, then by node name); at most :data:`MAX_NODE_ROWS` rows and
+    :data:`MAX_ROUNDS` round columns (the totals cover every round)."""
     rounds = sorted({r.round for r in rows})
     by_node: dict[str, dict[int, str]] = {}
     for r in rows:
@@ -112,7 +112,8 @@ def statuses_table(rows: list[StatusRow]) -> Table:
         t.add_column(f"+{len(rounds) - len(shown)} rounds")
     for col in ("ok", "failed", "other"):
         t.add_column(col, justify="right")
-    items = list(groups.items())
+    # the largest groups first (a big fleet's usual pattern, then its exceptions)
+    items = sorted(groups.items(), key=lambda kv: -len(kv[1]))
     for key, nodes in items[:MAX_NODE_ROWS]:
         cells = [_cell(st) for st in key[: len(shown)]]
         more = ["…"] if len(rounds) > len(shown) else []

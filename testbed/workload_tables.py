@@ -60,22 +60,21 @@ def offload_table(s: dict[str, Any]) -> Table | None:
 
 
 def llm_table(s: dict[str, Any]) -> Table | None:
-    """LLM pipeline (``throughput_rps`` in the summary): p50/p95 latency per request
-    kind, with throughput, completed, failed attempts and lost requests in the title."""
+    """LLM pipeline (``throughput_rps`` in the summary): throughput, completed requests,
+    failed attempts, lost requests and p50/p95 latency per request kind."""
     if "throughput_rps" not in s:
         return None
-    title = (
-        f"LLM pipeline, policy {s.get('policy')}: {_n(s['throughput_rps'], '.2f')} req/s,"
-        f" {s.get('completed', 0)} completed, {s.get('failed_attempts', 0)} failed attempts,"
-        f" {s.get('requests_lost', 0)} lost"
-    )
-    t = Table(title=title)
-    for col in ("requests", "n", "p50 ms", "p95 ms"):
-        t.add_column(col, justify="right")
+    t = Table(title=f"LLM pipeline, policy {s.get('policy')}")
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    t.add_row("throughput req/s", _n(s["throughput_rps"], ".2f"))
+    for key in ("completed", "failed_attempts", "requests_lost"):
+        t.add_row(key.replace("_", " "), str(s.get(key, "-")))
     for kind in ("short", "long"):
         if f"{kind}_n" in s:
-            t.add_row(kind, str(s[f"{kind}_n"]), _n(s.get(f"{kind}_p50_ms"), ".1f"),
-                      _n(s.get(f"{kind}_p95_ms"), ".1f"))  # fmt: skip
+            n = s[f"{kind}_n"]
+            t.add_row(f"{kind} p50 ms (n={n})", _n(s.get(f"{kind}_p50_ms"), ".1f"))
+            t.add_row(f"{kind} p95 ms (n={n})", _n(s.get(f"{kind}_p95_ms"), ".1f"))
     return t
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from nodes.cli import node_app
@@ -207,7 +208,8 @@ def _run_items(
 
 @app.command("ls")
 def ls(out: OutOpt = Path("runs")) -> None:
-    """List recorded runs."""
+    """List recorded runs (a failed run with its cause: the first error and its node)."""
+    from testbed.cause import failure_cause
     from testbed.store import RunStore
 
     store = RunStore(out)
@@ -215,9 +217,11 @@ def ls(out: OutOpt = Path("runs")) -> None:
     t = Table()
     for col in ("run", "name", "status", "seed", "final acc", "wall s", "sweep"):
         t.add_column(col)
+    t.add_column("cause", ratio=1)  # cut to 50 characters (testbed show: all of it)
     for r in store.runs():
         s = r.summary_dict
         acc = s.get("final_global_acc")
+        cause = failure_cause(store, r)
         t.add_row(
             r.run_id,
             r.name,
@@ -226,15 +230,18 @@ def ls(out: OutOpt = Path("runs")) -> None:
             "-" if acc is None else f"{acc:.3f}",
             f"{s['wall_s']:.1f}" if "wall_s" in s else "-",
             r.sweep_id or "",
+            "" if cause is None else escape(cause.short(50)),
         )
     console.print(t)
 
 
 @app.command()
 def show(run_id: str, out: OutOpt = Path("runs")) -> None:
-    """Show one run: summary tables, node statuses, events."""
-    from testbed.console import print_summary
-    from testbed.runner import RunResult
+    """Show one run: its summary (each workload's tables; a failed run's cause: the
+    first error, with the node and log file it came from), the status of every node in
+    every round, and the events (faults, their effects, link changes such as satellite
+    passes, errors) with the time since the run started."""
+    from testbed.show import show_run
     from testbed.store import RunStore
 
     store = RunStore(out)
@@ -242,20 +249,7 @@ def show(run_id: str, out: OutOpt = Path("runs")) -> None:
         r = store.run(run_id)
     except KeyError as e:
         raise _fail(str(e.args[0])) from None
-    s = r.summary_dict
-    for key in ("global_acc", "federated_acc", "round_duration_s", "node_status"):
-        if key in s:
-            s[key] = {
-                k: ({int(a): b for a, b in v.items()} if isinstance(v, dict) else v)
-                for k, v in s[key].items()
-            }
-            if key != "node_status":
-                s[key] = {int(k): v for k, v in s[key].items()}
-    print_summary(
-        console, RunResult(r.run_id, r.status, Path(r.artifact_dir or ""), s.get("wall_s", 0.0), s)
-    )
-    ev = store.events(r.run_id)
-    console.print(f"{len(ev)} events, {len(store.metrics(r.run_id))} metric rows")
+    show_run(console, store, r)
 
 
 @app.command()

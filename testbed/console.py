@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -17,8 +18,10 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from testbed.cause import Cause
 from testbed.planner import Plan
 from testbed.runner import RunResult
+from testbed.workload_tables import SHOWN, workload_tables
 
 STATE_STYLE = {
     "completed": "green",
@@ -158,19 +161,41 @@ _TABLE_KEYS = frozenset(
 
 
 def print_summary(console: Console, result: RunResult) -> None:
-    """Accuracy per round, per-node status, wall time and where the run is stored."""
+    """Each workload's tables (FL: accuracy per round, per-node status; functions,
+    offload, LLM pipeline, compression, semantic mux), the summary's scalars, the status,
+    wall time and where the run is stored, and the cause of a failed run."""
     s = result.summary
     style = {"completed": "green", "failed": "red", "interrupted": "yellow"}.get(result.status, "")
-    for table in (_accuracy_table(s), _node_table(s), _functions_table(s)):
-        if table is not None:
-            console.print(table)
+    for part in workload_summaries(s):
+        tables = (_accuracy_table(part), _node_table(part), _functions_table(part))
+        for table in (*tables, *workload_tables(part)):
+            if table is not None:
+                console.print(table)
     for k, v in s.items():
-        if k not in _TABLE_KEYS and not isinstance(v, dict | list):
-            console.print(f"{k}: {v}")
+        if k not in _TABLE_KEYS | SHOWN and not isinstance(v, dict | list):
+            console.print(f"{k}: {escape(str(v))}", highlight=False)
     console.print(
         f"[{style}]{result.status}[/] in {result.wall_s:.1f} s wall; "
         f"stored in {result.artifact_dir} (run {result.run_id})"
     )
+    if isinstance(s.get("cause"), dict):
+        print_cause(console, Cause.from_dict(s["cause"]))
+
+
+def workload_summaries(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary of each workload of a run: ``s["workloads"]``'s (several workloads
+    ran together: :mod:`testbed.workloads.together`), else ``s`` itself."""
+    parts = s.get("workloads")
+    if isinstance(parts, dict) and parts:
+        return [p for p in parts.values() if isinstance(p, dict)]
+    return [s]
+
+
+def print_cause(console: Console, cause: Cause) -> None:
+    """``cause: <error line>`` and, under it, what wrote it and where (node, log, frame)."""
+    console.print(f"[bold red]cause:[/] {escape(cause.message)}", highlight=False)
+    at = f" (at {cause.where})" if cause.where else ""
+    console.print(f"  from {escape(cause.origin)}{escape(at)}", highlight=False)
 
 
 def _accuracy_table(s: dict[str, Any]) -> Table | None:

@@ -154,6 +154,8 @@ def execute(ctx: RunContext) -> RunResult:
             if watchdog is not None:
                 _reap_leftovers(ctx, watchdog)
         finally:
+            if status == "failed" and (cause := _cause(ctx, summary)):  # read once, now:
+                summary["cause"] = cause  # the fleet is down, its logs are complete
             store.finish_run(run_id, status, summary)
             store.add_event(run_id, "run_finished", status=status)
         result = RunResult(run_id, status, ctx.run_dir, summary["wall_s"], summary)
@@ -177,6 +179,15 @@ def run_workloads(ctx: RunContext) -> dict[str, Any]:
         return workload(sections[0]).run(replace(ctx, store=store, section=sections[0]))
     finally:
         store.close()
+
+
+def _cause(ctx: RunContext, summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The first error of a failed run (:func:`testbed.cause.find_cause`), as a dict."""
+    from testbed.cause import find_cause
+
+    server = next((n.name for n in ctx.plan.nodes if n.role == "server"), None)
+    cause = find_cause(ctx.run_dir, summary, ctx.store.events(ctx.run_id), server)
+    return cause.as_dict() if cause else None
 
 
 def _reap_leftovers(ctx: RunContext, watchdog: Any) -> None:

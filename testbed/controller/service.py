@@ -81,6 +81,14 @@ def _resolved(artifact_dir: str) -> str | None:
     return _resolved_text(artifact_dir)
 
 
+def _cause_text(store: RunStore, run: RunRow) -> str | None:
+    """A failed run's cause as one line: ``error (node n, logs/n.log:12)``; else None."""
+    from testbed.cause import failure_cause
+
+    cause = failure_cause(store, run)
+    return None if cause is None else f"{cause.message} ({cause.origin})"
+
+
 class Controller:
     """The run store and the launches of one controller.
 
@@ -295,6 +303,7 @@ class Controller:
             "workload": section_of_spec(spec),
             "workloads": sections_of_spec(spec),
             "job_id": job.job_id if job else None,
+            "cause": _cause_text(self.store, run),
         }
 
     def runs(self) -> list[dict[str, Any]]:

@@ -37,6 +37,8 @@ def header(run_id: str, running: bool) -> None:
             + (f" · final global accuracy **{acc:.3f}**" if acc is not None else "")
             + (f" · {run['wall_s']:.0f} s" if run.get("wall_s") else "")
         )
+        if run.get("cause"):  # a failed run: its first error, the node and log it came from
+            st.error(f"cause: {run['cause']}", icon=":material/error:")
         if run["status"] == "running" and cols[1].button("Stop run", icon=":material/stop:"):
             try:
                 client.stop_run(run_id)

@@ -38,6 +38,7 @@ def side_by_side(cmp: dict[str, Any]) -> None:
                 ),
                 "wall s": None if r["wall_s"] is None else round(r["wall_s"], 1),
                 "sweep": r["sweep_id"] or "none",
+                "cause": r.get("cause") or "",
             }
             for r in cmp["runs"]
         }

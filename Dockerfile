@@ -53,6 +53,7 @@ COPY --from=venv /opt/venv /opt/venv
 WORKDIR /app
 COPY pyproject.toml README.md* ./
 COPY testbed/ testbed/
+COPY kernel/ kernel/
 COPY nodes/ nodes/
 COPY radio/ radio/
 COPY ui/ ui/

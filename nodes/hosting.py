@@ -12,7 +12,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from nodes.frozen import Frozen
+from kernel.frozen import Frozen
 
 
 class Hosted(Frozen):

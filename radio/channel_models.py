@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nodes.registry import Registry, callable_hook
+from kernel.registry import Registry, callable_hook
 
 if TYPE_CHECKING:  # (validating a spec loads neither torch nor Sionna)
     import torch

@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from nodes.frozen import Frozen, SpecDir, SpecFile
+from kernel.frozen import Frozen, SpecDir, SpecFile
 from radio.channel_models import CHANNEL_MODELS
 from radio.scheme_registry import BUILTIN_SCHEMES, SCHEMES
 from radio.task_registry import DIGITS_TASKS, TASK_BUILDERS

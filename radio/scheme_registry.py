@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from nodes.registry import Registry, callable_hook
+from kernel.registry import Registry, callable_hook
 
 SchemeBuilder = Callable[[Any, list[Any], Any], Any]
 

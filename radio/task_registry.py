@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from nodes.registry import Registry, callable_hook
+from kernel.registry import Registry, callable_hook
 
 if TYPE_CHECKING:
     from radio.tasks import TaskData

@@ -31,8 +31,8 @@ from flwr.app import ArrayRecord, Message, MetricRecord
 from flwr.serverapp.strategy import FedAvg
 from pydantic import Field
 
+from kernel.frozen import Frozen
 from nodes.fl.telemetry import Telemetry
-from nodes.frozen import Frozen
 from testbed.backends import register_backend
 from testbed.backends.local import LocalBackend
 from testbed.emulation.kinds import LINK_KINDS, LinkEnds, LinkKind, link_kind, register_link_kind

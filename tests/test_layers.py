@@ -1,4 +1,4 @@
-"""The packages' import arrows: ui -> testbed -> nodes -> radio -> kernel, no circles.
+"""The packages' import arrows: ui -> testbed (HTTP) -> nodes -> radio -> kernel, no circles.
 
 Every import anywhere in a module counts (a deferred import in a function body is still
 a dependency), except under ``if TYPE_CHECKING:``. A new arrow the wrong way or a circle
@@ -13,13 +13,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("testbed", "nodes", "radio", "ui")
+PACKAGES = ("kernel", "testbed", "nodes", "radio", "ui")
 #: what each package may import of the others (the one-way arrows)
 MAY_IMPORT = {
-    "ui": {"ui", "testbed", "nodes", "radio"},
-    "testbed": {"testbed", "nodes", "radio"},
-    "nodes": {"nodes", "radio"},
-    "radio": {"radio"},
+    "ui": {"ui", "kernel"},  # (the controller over HTTP only)
+    "testbed": {"testbed", "nodes", "radio", "kernel"},
+    "nodes": {"nodes", "radio", "kernel"},
+    "radio": {"radio", "kernel"},
+    "kernel": {"kernel"},
 }
 
 

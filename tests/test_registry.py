@@ -1,4 +1,4 @@
-"""nodes/registry.Registry: names, dotted-path user hooks, lazy built-ins, errors."""
+"""kernel/registry.Registry: names, dotted-path user hooks, lazy built-ins, errors."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from nodes.registry import Registry, import_dotted, is_dotted_path
+from kernel.registry import Registry, import_dotted, is_dotted_path
 
 FORTY_TWO = "tests.fl.custom_hooks:NOT_A_STRATEGY"
 
@@ -129,7 +129,7 @@ def test_builtins_package_is_imported_on_first_lookup_only(
     the registry imports none of them; the first names()/lookup imports all, once."""
     pkg = tmp_path / "shapes_pkg"  # type: ignore[operator]
     pkg.mkdir()
-    (pkg / "__init__.py").write_text("from nodes.registry import Registry\n"
+    (pkg / "__init__.py").write_text("from kernel.registry import Registry\n"
                                      "SHAPES = Registry('shape', builtins='shapes_pkg')\n")
     for name, sides in (("triangle", 3), ("square", 4)):
         (pkg / f"{name}.py").write_text(

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from pydantic import Field
 
-from nodes.frozen import Frozen
+from kernel.frozen import Frozen
 from testbed.procs import free_port
 from testbed.report import write_report
 from testbed.runner import run_experiment

@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from kernel.frozen import Frozen, SpecDir
 from nodes.compression.cost_model import NUMERIC_FIELDS, PROFILES
-from nodes.frozen import Frozen, SpecDir
 
 BUILTIN_MODELS = ("auto", "digits_cnn", "resnet32")
 _IMPORT_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nodes.registry import Registry, callable_hook
+from kernel.registry import Registry, callable_hook
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nodes.registry import Registry, callable_hook
+from kernel.registry import Registry, callable_hook
 
 Partitioner = Callable[..., list[np.ndarray]]
 PARTITIONERS: Registry[Partitioner] = Registry(

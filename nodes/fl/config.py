@@ -11,10 +11,10 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from kernel.frozen import Frozen, SpecPath, spec_dir
 from nodes.data.datasets import DATASETS, check_dataset_path
 from nodes.data.partition import PARTITIONERS
 from nodes.fl.strategies import STRATEGIES, check_params
-from nodes.frozen import Frozen, SpecPath, spec_dir
 from nodes.hosting import Hosted
 from nodes.models import MODELS
 

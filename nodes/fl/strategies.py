@@ -36,7 +36,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 
-from nodes.registry import Registry
+from kernel.registry import Registry
 
 _FLWR = "flwr.serverapp.strategy"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from nodes.registry import Registry, callable_hook
+from kernel.registry import Registry, callable_hook
 
 if TYPE_CHECKING:
     import torch

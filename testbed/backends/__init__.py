@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from nodes.registry import Registry
+from kernel.registry import Registry
 from testbed.backends.base import Backend
 
 if TYPE_CHECKING:

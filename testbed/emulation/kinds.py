@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nodes.registry import Registry
+from kernel.registry import Registry
 from testbed.emulation.link import Link, LinkParams, LinkSchedule
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """Fault kinds, one registered class each (see :mod:`testbed.faults.base`).
 
 ``FAULT_KINDS`` holds every kind: the first lookup imports every module of this package
-(:class:`~nodes.registry.Registry`'s ``builtins``) and each kind class registers itself
+(:class:`~kernel.registry.Registry`'s ``builtins``) and each kind class registers itself
 there, so a new built-in kind is one new file here; a kind defined elsewhere registers
 with ``@register_fault("name")`` before the spec that uses it is loaded
 (docs/architecture.md).

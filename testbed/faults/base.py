@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
-from nodes.frozen import Frozen
-from nodes.registry import Registry
+from kernel.frozen import Frozen
+from kernel.registry import Registry
 
 if TYPE_CHECKING:
     from testbed.backends.base import Backend

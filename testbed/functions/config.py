@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from nodes.frozen import Frozen, SpecFile, resolve_spec_path, spec_dir
+from kernel.frozen import Frozen, SpecFile, resolve_spec_path, spec_dir
 from nodes.hosting import Hosted
 
 Mode = Literal["cpu", "cpu_preferred", "gpu_preferred", "gpu"]

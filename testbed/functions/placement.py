@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from nodes.registry import Registry, callable_hook
+from kernel.registry import Registry, callable_hook
 from testbed.spec.catalog import DeviceProfile
 
 

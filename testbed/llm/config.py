@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from nodes.frozen import Frozen
+from kernel.frozen import Frozen
 from nodes.llm.model import ModelConfig, unit_bytes
 from testbed.functions.config import ArrivalSpec
 

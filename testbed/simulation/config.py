@@ -29,7 +29,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from nodes.frozen import Frozen, SpecFile
+from kernel.frozen import Frozen, SpecFile
 from testbed.simulation.protocol import (
     FLOW_WINDOW_BYTES,
     LATENCY_LEGS,

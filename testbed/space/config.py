@@ -16,13 +16,13 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from nodes.frozen import Frozen, SpecPath
+from kernel.frozen import Frozen, SpecPath
 
 #: Run start used when neither ``start_utc`` nor a TLE epoch gives one (reproducible).
 DEFAULT_START_UTC = datetime(2025, 1, 1, tzinfo=UTC)
 
 
-_Frozen = Frozen  # (the spec models' one base, nodes/frozen.py)
+_Frozen = Frozen  # (the spec models' one base, kernel/frozen.py)
 
 
 def _utc(v: datetime | None) -> datetime | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from nodes.frozen import Frozen
+from kernel.frozen import Frozen
 
 
 class DeviceProfile(Frozen):

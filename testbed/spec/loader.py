@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nodes.frozen import SPEC_DIR
+from kernel.frozen import SPEC_DIR
 from testbed.spec.errors import Loc, Problem, SpecError, dotted, unique
 from testbed.spec.models import MAX_FLEET_NODES, Experiment
 from testbed.spec.rawyaml import decode, line_of, nonfinite, read_value, read_yaml

@@ -23,9 +23,9 @@ from pydantic import (
     model_validator,
 )
 
+from kernel.frozen import Frozen
 from nodes.compression.config import CompressSpec
 from nodes.fl.config import FLSpec
-from nodes.frozen import Frozen
 from radio.config import MmwaveLinkSpec, SemanticMuxSpec
 from testbed.faults.base import FaultParams
 from testbed.functions.config import FunctionsSpec

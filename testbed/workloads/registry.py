@@ -4,7 +4,7 @@ A module of its own, importing nothing of the workloads, so that the spec
 (:mod:`testbed.spec.models`, which validates each section with its workload's
 ``spec_model``) can look workloads up without an import circle through the runner and
 the backends. The built-in workloads are the modules of :mod:`testbed.workloads`,
-imported the first time a name is looked up (:class:`~nodes.registry.Registry`).
+imported the first time a name is looked up (:class:`~kernel.registry.Registry`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from nodes.registry import Registry
+from kernel.registry import Registry
 
 if TYPE_CHECKING:
     from testbed.workloads.base import Workload

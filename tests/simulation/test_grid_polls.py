@@ -6,26 +6,17 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
-from typing import Any
-from uuid import uuid4
 
 import pytest
 from flwr.app import ConfigRecord, Message, MessageType, MetricRecord, RecordDict
-from flwr.proto.task_pb2 import Task
-from flwr.server.superlink.fleet.vce import vce_api
-from flwr.server.superlink.linkstate import LinkStateFactory
-from flwr.server.superlink.linkstate.in_memory_linkstate import RunRecord
-from flwr.supercore.constant import FLWR_IN_MEMORY_DB_NAME
-from flwr.supercore.object_store import ObjectStoreFactory
-from flwr.superlink.federation import NoOpFederationManager
-from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 
 from nodes.fl.telemetry import Telemetry
 from testbed.simulation.clock import VirtualClock
 from testbed.simulation.grid import ClockedGrid
 from testbed.simulation.polls import PollGrid
 from testbed.simulation.protocol import ProtocolModel
-from testbed.simulation.runner import simulation_run
+from tests.simulation.inmemory import answer as answer_msg
+from tests.simulation.inmemory import inmemory_grid
 
 COMPUTE_S = 0.2  # every reply's measured train-duration-s
 DELAY_S = 1.0  # the clock's protocol delay
@@ -36,17 +27,7 @@ def virtual_round_s(
     tmp_path: Path, deadline_s: float, polls: PollGrid | None, reply_s: float = 0.0
 ) -> float:
     """One train round of three clients through a ClockedGrid: its virtual_round_s."""
-    factory = LinkStateFactory(
-        FLWR_IN_MEMORY_DB_NAME, NoOpFederationManager(), ObjectStoreFactory()
-    )
-    mapping = vce_api._register_nodes(num_nodes=len(PHASES), state_factory=factory)
-    run = simulation_run(9, {})
-    state: Any = factory.state()
-    state.run_ids[run.run_id] = RunRecord(run=run)
-    state.task_store[run.run_id] = Task(task_id=run.run_id, run_id=run.run_id)
-    grid = InMemoryGrid(factory)
-    grid.set_run(run)
-    grid.pull_interval = 0.01
+    grid, state, mapping = inmemory_grid(len(PHASES), 9)
     path = tmp_path / f"tel-{deadline_s}-{polls is not None}-{reply_s}.jsonl"
     protocol = ProtocolModel(server_reply_s=reply_s)
     clock = VirtualClock({}, deadline_s, DELAY_S, polls=polls, protocol=protocol)
@@ -59,9 +40,7 @@ def virtual_round_s(
             for node_id in mapping:
                 for msg in state.get_message_ins(node_id=node_id, limit=1):
                     metrics = MetricRecord({"train-duration-s": COMPUTE_S})
-                    reply = Message(RecordDict({"metrics": metrics}), reply_to=msg)
-                    reply.metadata.__dict__["_message_id"] = str(uuid4())
-                    state.store_message_res(reply)
+                    answer_msg(state, msg, RecordDict({"metrics": metrics}))
 
     thread = threading.Thread(target=answer)
     thread.start()

@@ -8,7 +8,6 @@ import json
 import threading
 from pathlib import Path
 from typing import Any, Literal
-from uuid import uuid4
 
 import pytest
 from flwr.app import (
@@ -20,14 +19,6 @@ from flwr.app import (
     MetricRecord,
     RecordDict,
 )
-from flwr.proto.task_pb2 import Task
-from flwr.server.superlink.fleet.vce import vce_api
-from flwr.server.superlink.linkstate import LinkStateFactory
-from flwr.server.superlink.linkstate.in_memory_linkstate import RunRecord
-from flwr.supercore.constant import FLWR_IN_MEMORY_DB_NAME
-from flwr.supercore.object_store import ObjectStoreFactory
-from flwr.superlink.federation import NoOpFederationManager
-from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 from pydantic import Field
 
 from nodes.fl.telemetry import Telemetry
@@ -36,9 +27,10 @@ from testbed.faults import FaultKind, FaultParams, register_fault
 from testbed.simulation import vfaults
 from testbed.simulation.clock import ClientModel, VirtualClock
 from testbed.simulation.grid import ClockedGrid
-from testbed.simulation.runner import simulation_run
 from testbed.simulation.vfaults import VirtualFaults
 from testbed.spec.models import FaultSpec
+from tests.simulation.inmemory import answer as answer_msg
+from tests.simulation.inmemory import inmemory_grid
 
 DEADLINE_S = 10.0
 MB = 1_000_000  # payload bytes each way (1 s at the clients' 8 Mbit/s)
@@ -71,17 +63,7 @@ def play(clock: VirtualClock, rounds: int, compute_s: float = 1.0) -> dict[tuple
     sampled), ``completed`` (reply kept), ``lost`` (``exchange_lost``), else ``late``."""
     tel = clock.faults.tel if clock.faults else None
     assert isinstance(tel, Tel)
-    factory = LinkStateFactory(
-        FLWR_IN_MEMORY_DB_NAME, NoOpFederationManager(), ObjectStoreFactory()
-    )
-    mapping = vce_api._register_nodes(num_nodes=len(NAMES), state_factory=factory)
-    run = simulation_run(11, {})
-    state: Any = factory.state()
-    state.run_ids[run.run_id] = RunRecord(run=run)
-    state.task_store[run.run_id] = Task(task_id=run.run_id, run_id=run.run_id)
-    grid = InMemoryGrid(factory)
-    grid.set_run(run)
-    grid.pull_interval = 0.01
+    grid, state, mapping = inmemory_grid(len(NAMES), 11)
     clocked = ClockedGrid(grid, clock, NAMES, tel, 30.0, mapping)
     clocked.arm()  # (the ServerApp arms it once its fleet has registered)
     payload = ArrayRecord(array_dict={"w": Array("uint8", (MB,), "numpy.ndarray", bytes(MB))})
@@ -93,9 +75,7 @@ def play(clock: VirtualClock, rounds: int, compute_s: float = 1.0) -> dict[tuple
                 for msg in state.get_message_ins(node_id=node_id, limit=1):
                     metrics = MetricRecord({"train-cpu-s": compute_s})
                     content = RecordDict({"metrics": metrics, "arrays": payload})
-                    reply = Message(content, reply_to=msg)
-                    reply.metadata.__dict__["_message_id"] = str(uuid4())
-                    state.store_message_res(reply)
+                    answer_msg(state, msg, content)
 
     thread = threading.Thread(target=answer)
     thread.start()

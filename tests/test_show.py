@@ -21,6 +21,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from testbed import cli
+from testbed.backends import register_backend
+from testbed.backends.local import LocalBackend
 from testbed.cause import failure_cause, find_cause, scan_log
 from testbed.controller.service import Controller
 from testbed.runner import run_experiment
@@ -222,12 +224,22 @@ def test_ls_shows_the_cause_of_failed_runs(tmp_path: Path, wide: None) -> None:
     assert ok.endswith("completed 1 0.800 12.0")
 
 
+@register_backend("local-nope")
+class NopeBackend(LocalBackend):
+    """A backend whose fleet never starts (after the run is recorded)."""
+
+    name = "local-nope"
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        raise RuntimeError("nope: this fleet does not start")
+
+
 def test_runner_records_the_cause_of_a_run_it_marks_failed(tmp_path: Path, wide: None) -> None:
-    """A run that raises (here: its backend is unknown) keeps the runner's error as its
+    """A run that raises (here: its fleet does not start) keeps the runner's error as its
     cause in the summary; ls, show and the controller read it from there."""
     store = RunStore(tmp_path / "runs")
     with pytest.raises(Exception, match="nope"):
-        run_experiment(parse_spec(FL_SPEC), store, backend="nope")
+        run_experiment(parse_spec(FL_SPEC), store, backend="local-nope")
     run = store.runs()[0]
     recorded = run.summary_dict["cause"]
     assert recorded["message"].startswith(run.summary_dict["reason"][:40])

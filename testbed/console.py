@@ -171,6 +171,7 @@ _TABLE_KEYS = frozenset(
         "link_kinds",
         "links_fallback",
         "links_modelled",
+        "ignored",
     }
 )
 
@@ -244,8 +245,9 @@ def _accuracy_table(s: dict[str, Any]) -> Table | None:
 
 def fleet_lines(s: dict[str, Any]) -> list[str]:
     """What the fleet chose, as lines: the clock (simulation: virtual, with the total
-    virtual time) and the links in force (mode, kinds, a fallback and why, or that they
-    are modelled); none for a summary that recorded neither."""
+    virtual time), the links in force (mode, kinds, a fallback and why, or that they
+    are modelled) and what of the spec the backend ignored; none for a summary that
+    recorded none of them."""
     lines = []
     if virtual(s):
         total = s.get("virtual_time_s")
@@ -264,6 +266,8 @@ def fleet_lines(s: dict[str, Any]) -> list[str]:
         if s.get("links_modelled"):
             line += f"; {s['links_modelled']}"
         lines.append(escape(line))
+    if s.get("ignored"):
+        lines.append(escape(f"ignored: {s['ignored']}"))
     return lines
 
 

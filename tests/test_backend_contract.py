@@ -127,7 +127,8 @@ def test_what_a_backend_lacks_is_a_clear_user_error(tmp_path: Path) -> None:
 
 def test_fleet_info_says_which_links_are_in_force(tmp_path: Path) -> None:
     """Every backend says the links in force (mode and kinds, a link's own kind
-    counted); the simulation adds that they are modelled and its clock is virtual."""
+    counted) and a ``simulation:`` section it ignores; the simulation adds that its
+    links are modelled and its clock is virtual."""
     text = QUICKSTART.replace("links:\n", "links:\n  nodes:\n    edge-1: {kind: netem}\n")
     plan = make_plan(parse_spec(text), 1)
     local = get_backend("local")(plan, tmp_path).fleet_info()
@@ -135,6 +136,10 @@ def test_fleet_info_says_which_links_are_in_force(tmp_path: Path) -> None:
     sim = get_backend("simulation")(plan, tmp_path).fleet_info()
     assert sim["clock"] == "virtual" and sim["link_kinds"] == local["link_kinds"]
     assert "no traffic is shaped" in sim["links_modelled"]
+    sim_section = make_plan(parse_spec(QUICKSTART + "simulation: {num_cpus: 4}\n"), 1)
+    ignored = "simulation: (read by --backend simulation only)"
+    assert get_backend("local")(sim_section, tmp_path).fleet_info()["ignored"] == ignored
+    assert "ignored" not in get_backend("simulation")(sim_section, tmp_path).fleet_info()
     none = make_plan(parse_spec(QUICKSTART.replace("links:\n", "links:\n  mode: none\n")), 1)
     assert get_backend("local")(none, tmp_path).fleet_info() == {
         "links_mode": "none",

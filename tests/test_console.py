@@ -130,8 +130,10 @@ def test_wall_clock_summary_is_measured_and_names_a_links_fallback() -> None:
             "links_mode": "proxy",
             "link_kinds": {"proxy": 3, "mmwave": 1},
             "links_fallback": "links.mode: netem cannot shape the containers (not root)",
+            "ignored": "simulation: (read by --backend simulation only)",
         }
     )
+    assert "ignored: simulation: (read by --backend simulation only)" in lines
     assert "accuracy per round (measured)" in lines and "1 0.500 - 2.000" in lines
     assert "edge-1 1 0 0 300" in lines
     assert "peak RSS MB, not client nodes: cloud 800" in lines

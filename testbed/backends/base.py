@@ -396,8 +396,12 @@ class Backend(abc.ABC):
         summary: the links in force (:func:`links_in_force`: ``links_mode``,
         ``link_kinds``), plus ``links_fallback`` (docker: why netem fell back to proxy)
         or ``links_modelled`` and ``clock`` (simulation: links are modelled, not shaped;
-        round times are virtual)."""
-        return links_in_force(self.plan, self.plan.experiment.links.mode)
+        round times are virtual), and ``ignored``: what of the spec this backend does not
+        read (a ``simulation:`` section off the simulation backend)."""
+        info = links_in_force(self.plan, self.plan.experiment.links.mode)
+        if self.plan.experiment.simulation is not None:
+            info["ignored"] = "simulation: (read by --backend simulation only)"
+        return info
 
     def exit_reasons(self) -> dict[str, str]:
         """Client node -> why it ended on its own, not by a fault (docker: ``oom``,

@@ -295,7 +295,7 @@ class DockerBackend(LocalBackend):
         """What the fleet chose at start, for the ``fleet_ready`` event and the summary:
         the links in force (``links_mode``, ``link_kinds``) and ``links_fallback`` (why
         netem fell back to proxy)."""
-        out = links_in_force(self.plan, self.link_mode)
+        out = {**super().fleet_info(), **links_in_force(self.plan, self.link_mode)}
         if self.link_note:
             out["links_fallback"] = self.link_note
         return out

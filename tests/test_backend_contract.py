@@ -168,6 +168,17 @@ def test_cold_is_refused_where_a_backend_has_no_cold_start(
     assert ok.exit_code == 0 and calls[-1] == ("run", "local"), _text(ok)
 
 
+def test_a_sweeps_children_get_cold_too() -> None:
+    """``--parallel`` runs each configuration as a child ``testbed run``: ``--cold`` (and
+    every ``--set``, ``--spec-dir``) is passed on, not dropped."""
+    from testbed.sweep import child_flags
+
+    assert child_flags(["seed=3"], Path("d"), True) == [
+        *("--set", "seed=3", "--spec-dir", "d", "--cold")
+    ]
+    assert "--cold" not in child_flags([], None, False)
+
+
 def test_run_experiment_refuses_an_option_its_backend_does_not_take(tmp_path: Path) -> None:
     store = RunStore(tmp_path / "runs")
     with pytest.raises(NotSupported, match="--cold: .* --backend simulation"):

@@ -51,6 +51,7 @@ class ConsoleObserver:
         self.live: Live | None = None
         self.nodes: dict[str, dict[str, Any]] = {}
         self.plan: Plan | None = None
+        self.virtual = False  # the fleet's clock is virtual (simulation backend)
         self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
             "progress": self._progress,
             "event": self._event,
@@ -59,7 +60,8 @@ class ConsoleObserver:
         }
 
     def _table(self) -> Table:
-        t = Table(title="nodes", expand=False, show_edge=False)
+        title = "nodes (virtual clock)" if self.virtual else "nodes"
+        t = Table(title=title, expand=False, show_edge=False)
         for col in ("node", "tier", "profile", "state", "round", "train loss", "local acc"):
             t.add_column(col)
         for name, s in self.nodes.items():
@@ -117,6 +119,11 @@ class ConsoleObserver:
                     s["state"], s["round"] = "training", rec["round"]
         elif rec.get("name") == "round_end":
             self._update(completed=rec["round"], info=f"round {rec['round']} done")
+        elif rec.get("name") == "fleet_ready" and rec.get("clock") == "virtual":
+            self.virtual = True
+            if self.task is not None:
+                desc = self.progress.tasks[0].description
+                self._update(description=f"{desc} (simulation: virtual clock)")
         elif rec.get("name") == "links_fallback":  # said as it happens, not only at the end
             self.console.print(
                 f"[yellow]links:[/] {escape(str(rec.get('used')))} instead of "

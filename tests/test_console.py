@@ -149,6 +149,10 @@ def test_live_view_shows_virtual_time_and_a_links_fallback() -> None:
     obs = ConsoleObserver(console)
     obs.started("r1", make_plan(parse_spec(SPEC)))
     task = obs.progress.tasks[0]
+    assert obs._table().title == "nodes" and "virtual" not in task.description
+    obs.record({"kind": "event", "name": "fleet_ready", "clock": "virtual"})
+    assert task.description.endswith("(simulation: virtual clock)")
+    assert obs._table().title == "nodes (virtual clock)"
     obs.record({"kind": "event", "name": "round_end", "round": 1})
     obs.record({"kind": "metric", "name": "virtual_time_s", "round": 1, "value": 9.5})
     assert task.fields["info"] == "round 1 done, virtual t 9.5 s"

@@ -152,6 +152,8 @@ def record_links(ctx: RunContext, info: Mapping[str, Any]) -> dict[str, Any]:
     ``links_fallback`` event, shown live by the observer, never a line on stderr only.
     """
     links = {k: info[k] for k in FLEET_KEYS if k in info}
+    if ctx.observer:  # (the live view: a simulation's clock is virtual)
+        ctx.observer.record({"kind": "event", "name": "fleet_ready", **links})
     why = links.get("links_fallback")
     if why:
         asked, used = ctx.experiment.links.mode, links.get("links_mode")

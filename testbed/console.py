@@ -179,6 +179,7 @@ _TABLE_KEYS = frozenset(
         "links_fallback",
         "links_modelled",
         "ignored",
+        "ray",
     }
 )
 
@@ -259,10 +260,11 @@ def fleet_lines(s: dict[str, Any]) -> list[str]:
     if virtual(s):
         total = s.get("virtual_time_s")
         at = "" if total is None else f", {total:.1f} s virtual in all"
+        ray = f"; Ray: {s['ray']}" if s.get("ray") else ""
+        lines.append(escape(f"clock: virtual (modelled, docs/simulation.md){at}{ray}"))
         lines.append(
-            f"clock: virtual (modelled, docs/simulation.md){at}; wall round times are "
-            "measured (round 1 includes starting Ray); memory is measured for the whole "
-            "simulation process tree, not per node"
+            "  wall round times are measured (round 1 includes starting Ray); memory is "
+            "measured for the whole simulation process tree, not per node"
         )
     if "links_mode" in s:
         kinds = s.get("link_kinds") or {}

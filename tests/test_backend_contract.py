@@ -139,7 +139,11 @@ def test_fleet_info_says_which_links_are_in_force(tmp_path: Path) -> None:
     sim_section = make_plan(parse_spec(QUICKSTART + "simulation: {num_cpus: 4}\n"), 1)
     ignored = "simulation: (read by --backend simulation only)"
     assert get_backend("local")(sim_section, tmp_path).fleet_info()["ignored"] == ignored
-    assert "ignored" not in get_backend("simulation")(sim_section, tmp_path).fleet_info()
+    sim_info = get_backend("simulation")(sim_section, tmp_path).fleet_info()
+    assert "ignored" not in sim_info and sim_info["ray"] == "local, 4 CPUs"
+    cluster = get_backend("simulation")(sim_section, tmp_path, ray_address="h:6379")
+    assert cluster.fleet_info()["ignored"] == "simulation.num_cpus: 4 (sizes a local Ray only)"
+    assert cluster.fleet_info()["ray"] == "cluster at h:6379"
     none = make_plan(parse_spec(QUICKSTART.replace("links:\n", "links:\n  mode: none\n")), 1)
     assert get_backend("local")(none, tmp_path).fleet_info() == {
         "links_mode": "none",

@@ -92,6 +92,7 @@ SIMULATED = {
     "node_status": {"edge-1": {1: "completed", 2: "completed"}},
     "peak_rss_mb": {"simulation": 1534.2},  # one process tree, not per node
     "clock": "virtual",
+    "ray": "local, 2 CPUs",
     "links_mode": "proxy",
     "link_kinds": {"proxy": 1},
     "links_modelled": "priced on the virtual clock by each link's kind; no traffic is shaped",
@@ -111,7 +112,7 @@ def test_simulation_summary_says_virtual() -> None:
     assert "edge-1 2 0 0 -" in lines
     assert any("peak RSS MB, not client nodes: simulation 1534" in line for line in lines)
     assert any(line.startswith("clock: virtual (modelled") and "11.8 s virtual" in line
-               for line in lines)
+               and line.endswith("Ray: local, 2 CPUs") for line in lines)
     assert any(line.startswith("links: proxy (proxy x1); priced on the virtual clock")
                for line in lines)
     assert not any(line.startswith(("virtual_time_s:", "clock:  ", "links_mode:"))

@@ -227,13 +227,21 @@ class SimulationBackend(Backend):
     def fleet_info(self) -> dict[str, Any]:
         """The links in force, and that they are modelled: each client's link is priced
         on the virtual clock by its kind; no traffic is shaped. ``clock``: ``virtual``
-        (round times are the clock's, modelled: docs/simulation.md)."""
-        return {
+        (round times are the clock's, modelled: docs/simulation.md); ``ray``: the local
+        Ray's CPUs or the cluster attached to; ``ignored``: ``simulation.num_cpus`` when
+        a cluster is attached (it sizes a local Ray only)."""
+        sim = self.plan.experiment.simulation or SimulationSpec()
+        address, cpus = self.ray_address or sim.ray_address, sim.num_cpus or NUM_CPUS
+        info: dict[str, Any] = {
             "clock": "virtual",
             **links_in_force(self.plan, self.plan.experiment.links.mode),
             "links_modelled": "priced on the virtual clock by each link's kind; "
             "no traffic is shaped",
+            "ray": f"cluster at {address}" if address else f"local, {cpus} CPUs",
         }
+        if address and sim.num_cpus is not None:
+            info["ignored"] = f"simulation.num_cpus: {sim.num_cpus} (sizes a local Ray only)"
+        return info
 
     @property
     def links(self) -> Mapping[str, Link]:

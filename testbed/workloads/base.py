@@ -141,7 +141,15 @@ class RunContext:
 LINK_COUNTERS = ("bytes_up", "bytes_down", "partitioned_s", "stalled_s")
 #: Keys of a backend's ``fleet_info`` that the run's summary keeps: the links in force,
 #: the clock its times are on (simulation: ``virtual``) and what of the spec it ignored.
-FLEET_KEYS = ("links_mode", "link_kinds", "links_fallback", "links_modelled", "clock", "ignored")
+FLEET_KEYS = (
+    "links_mode",
+    "link_kinds",
+    "links_fallback",
+    "links_modelled",
+    "clock",
+    "ray",
+    "ignored",
+)
 
 
 def record_links(ctx: RunContext, info: Mapping[str, Any]) -> dict[str, Any]:

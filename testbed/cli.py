@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -118,7 +118,8 @@ def run(
 
     try:
         items = sweep_items(expand(file, parse_set(set_ or []), spec_dir))
-        preflight(backend, [it.experiment for it in items])  # as validate, before recording
+        # as validate, before recording; --cold where a backend has no cold start: refused
+        preflight(backend, [it.experiment for it in items], _options(cold))
     except (SpecError, ValueError) as e:
         raise _fail(str(e)) from None
     if parallel < 1:
@@ -138,7 +139,7 @@ def run(
 
         try:
             counts = run_parallel(
-                file, items, sweep, out, parallel, set_ or [], backend, console, spec_dir
+                file, items, sweep, out, parallel, set_ or [], backend, console, spec_dir, cold
             )
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/]: runs stopped and marked interrupted")
@@ -146,6 +147,11 @@ def run(
         console.print(f"sweep {sweep}: {counts}; report: testbed report {sweep} --out {out}")
         raise typer.Exit(1 if counts["failed"] else 0)
     _run_items(file, items, sweep, out, backend, cold, set_ or [])
+
+
+def _options(cold: bool) -> dict[str, Any]:
+    """The backend options of ``testbed run``'s flags (``--cold``: ``warm=False``)."""
+    return {"warm": False} if cold else {}
 
 
 def _with_ray_address(sets: list[str] | None, address: str | None, backend: str) -> list[str]:
@@ -191,7 +197,7 @@ def _run_items(
                 variant=it.variant,
                 assignment=it.assignment,
                 observer=ConsoleObserver(console, label),
-                backend_options={} if not cold else {"warm": False},
+                backend_options=_options(cold),
             )
             results.append(res)
     except KeyboardInterrupt:

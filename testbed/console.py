@@ -51,6 +51,7 @@ class ConsoleObserver:
         self.live: Live | None = None
         self.nodes: dict[str, dict[str, Any]] = {}
         self.plan: Plan | None = None
+        self.virtual = False  # the fleet's clock is virtual (simulation backend)
         self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
             "progress": self._progress,
             "event": self._event,
@@ -59,7 +60,8 @@ class ConsoleObserver:
         }
 
     def _table(self) -> Table:
-        t = Table(title="nodes", expand=False, show_edge=False)
+        title = "nodes (virtual clock)" if self.virtual else "nodes"
+        t = Table(title=title, expand=False, show_edge=False)
         for col in ("node", "tier", "profile", "state", "round", "train loss", "local acc"):
             t.add_column(col)
         for name, s in self.nodes.items():
@@ -117,6 +119,17 @@ class ConsoleObserver:
                     s["state"], s["round"] = "training", rec["round"]
         elif rec.get("name") == "round_end":
             self._update(completed=rec["round"], info=f"round {rec['round']} done")
+        elif rec.get("name") == "fleet_ready" and rec.get("clock") == "virtual":
+            self.virtual = True
+            if self.task is not None:
+                desc = self.progress.tasks[0].description
+                self._update(description=f"{desc} (simulation: virtual clock)")
+        elif rec.get("name") == "links_fallback":  # said as it happens, not only at the end
+            self.console.print(
+                f"[yellow]links:[/] {escape(str(rec.get('used')))} instead of "
+                f"{escape(str(rec.get('asked')))}: {escape(str(rec.get('why')))}",
+                highlight=False,
+            )
 
     def _metric(self, rec: dict[str, Any]) -> None:
         name, node = rec.get("name"), rec.get("node")
@@ -125,6 +138,8 @@ class ConsoleObserver:
                 self.nodes[node][name] = rec["value"]
         elif name == "global_acc" and rec.get("round"):
             self._update(info=f"global acc {rec['value']:.3f}")
+        elif name == "virtual_time_s" and rec.get("round"):  # simulation: its own clock
+            self._update(info=f"round {rec['round']} done, virtual t {rec['value']:.1f} s")
 
     def _status(self, rec: dict[str, Any]) -> None:
         if rec.get("node") in self.nodes:
@@ -156,6 +171,15 @@ _TABLE_KEYS = frozenset(
         "peak_rss_mb",
         "wall_s",
         "rounds",
+        "virtual_round_s",
+        "virtual_time_s",
+        "clock",
+        "links_mode",
+        "link_kinds",
+        "links_fallback",
+        "links_modelled",
+        "ignored",
+        "ray",
     }
 )
 
@@ -171,6 +195,8 @@ def print_summary(console: Console, result: RunResult) -> None:
         for table in (*tables, *workload_tables(part)):
             if table is not None:
                 console.print(table)
+        for line in (*memory_lines(part), *fleet_lines(part)):
+            console.print(line, highlight=False)
     for k, v in s.items():
         if k not in _TABLE_KEYS | SHOWN and not isinstance(v, dict | list):
             console.print(f"{k}: {escape(str(v))}", highlight=False)
@@ -198,40 +224,94 @@ def print_cause(console: Console, cause: Cause) -> None:
     console.print(f"  from {escape(cause.origin)}{escape(at)}", highlight=False)
 
 
+def virtual(s: dict[str, Any]) -> bool:
+    """Whether the run's round times are on a virtual clock (simulation backend)."""
+    return s.get("clock") == "virtual" or "virtual_round_s" in s
+
+
 def _accuracy_table(s: dict[str, Any]) -> Table | None:
-    """Global and federated accuracy and duration of each round (None without rounds)."""
+    """Global and federated accuracy and duration of each round (None without rounds);
+    a simulation's round times are its virtual clock's (modelled), beside the wall's."""
     if not s.get("global_acc"):
         return None
-    t = Table(title="accuracy per round (measured)")
-    for col in ("round", "global acc", "federated acc", "round time s"):
+    on_virtual = virtual(s)
+    kind = "simulation: virtual clock" if on_virtual else "measured"
+    t = Table(title=f"accuracy per round ({kind})")
+    cols = ("virtual round s", "wall round s") if on_virtual else ("round time s",)
+    for col in ("round", "global acc", "federated acc", *cols):
         t.add_column(col, justify="right")
     for r in sorted(s["global_acc"]):
+        times = (s.get("virtual_round_s", {}).get(r),) if on_virtual else ()
         t.add_row(
             str(r),
             _f(s["global_acc"].get(r)),
             _f(s.get("federated_acc", {}).get(r)),
-            _f(s.get("round_duration_s", {}).get(r)),
+            *(_f(v) for v in (*times, s.get("round_duration_s", {}).get(r))),
         )
     return t
+
+
+def fleet_lines(s: dict[str, Any]) -> list[str]:
+    """What the fleet chose, as lines: the clock (simulation: virtual, with the total
+    virtual time), the links in force (mode, kinds, a fallback and why, or that they
+    are modelled) and what of the spec the backend ignored; none for a summary that
+    recorded none of them."""
+    lines = []
+    if virtual(s):
+        total = s.get("virtual_time_s")
+        at = "" if total is None else f", {total:.1f} s virtual in all"
+        ray = f"; Ray: {s['ray']}" if s.get("ray") else ""
+        lines.append(escape(f"clock: virtual (modelled, docs/simulation.md){at}{ray}"))
+        lines.append(
+            "  wall round times are measured (round 1 includes starting Ray); memory is "
+            "measured for the whole simulation process tree, not per node"
+        )
+    if "links_mode" in s:
+        kinds = s.get("link_kinds") or {}
+        each = ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())) or "no emulated links"
+        line = f"links: {s['links_mode']} ({each})"
+        if s.get("links_fallback"):
+            line += f"; fell back: {s['links_fallback']}"
+        if s.get("links_modelled"):
+            line += f"; {s['links_modelled']}"
+        lines.append(escape(line))
+    if s.get("ignored"):
+        lines.append(escape(f"ignored: {s['ignored']}"))
+    return lines
 
 
 def _node_table(s: dict[str, Any]) -> Table | None:
     """Rounds each node completed, failed or otherwise ended, and its peak memory."""
     if not s.get("node_status"):
         return None
+    peak = s.get("peak_rss_mb") or {}
     t = Table(title="nodes")
     for col in ("node", "completed", "failed", "other", "peak RSS MB"):
         t.add_column(col, justify="right")
     for node, rounds in sorted(s["node_status"].items()):
         vals = list(rounds.values())
+        mb = peak.get(node)
         t.add_row(
             node,
             str(vals.count("completed")),
             str(vals.count("failed")),
             str(len(vals) - vals.count("completed") - vals.count("failed")),
-            f"{s.get('peak_rss_mb', {}).get(node, 0):.0f}",
+            "-" if mb is None else f"{mb:.0f}",  # not measured is not 0
         )
     return t
+
+
+def memory_lines(s: dict[str, Any]) -> list[str]:
+    """Under the nodes table: what its "-" means (not measured, never 0), and the peaks
+    measured beside the client nodes (the server; a simulation's one process tree)."""
+    nodes, peak = s.get("node_status") or {}, s.get("peak_rss_mb") or {}
+    lines = []
+    if any(peak.get(node) is None for node in nodes):
+        lines.append("peak RSS -: not measured for the node")
+    beside = [f"{k} {v:.0f}" for k, v in peak.items() if k not in nodes and v is not None]
+    if nodes and beside:
+        lines.append(escape(f"peak RSS MB, not client nodes: {', '.join(beside)}"))
+    return lines
 
 
 def _functions_table(s: dict[str, Any]) -> Table | None:

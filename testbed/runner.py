@@ -102,7 +102,7 @@ def run_experiment(
 
     from testbed.backends import preflight
 
-    preflight(backend, [exp])
+    preflight(backend, [exp], backend_options)
     seed = exp.seed if seed is None else seed
     run_id = new_run_id(exp.name)
     run_dir = store.create_run(

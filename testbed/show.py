@@ -42,6 +42,8 @@ CELL = {"completed": "ok", "failed": "FAIL", "late": "late", "excluded": "excl"}
 #: Events of the chaos engine: a fault, or what a fault did.
 FAULT_EVENTS = frozenset({"fault_injected", "fault_rejected"})
 LINK_EVENTS = frozenset({"link_changed", "link_radio"})  # schedules: satellite passes
+#: Summary keys keyed by round (JSON object keys: text once stored).
+ROUND_KEYS = ("global_acc", "federated_acc", "round_duration_s", "virtual_round_s")
 
 
 def show_run(console: Console, store: RunStore, run: RunRow) -> None:
@@ -75,7 +77,7 @@ def show_run(console: Console, store: RunStore, run: RunRow) -> None:
 
 def _int_keys(s: dict[str, Any]) -> None:
     """Round numbers (JSON object keys, text once stored) back to ints, in place."""
-    for key in ("global_acc", "federated_acc", "round_duration_s", "node_status"):
+    for key in (*ROUND_KEYS, "node_status"):
         if isinstance(s.get(key), dict):
             if key == "node_status":
                 s[key] = {

@@ -21,6 +21,15 @@ from testbed.runner import SweepItem
 from testbed.store import RunStore
 
 
+def child_flags(sets: list[str], spec_dir: Path | None, cold: bool) -> list[str]:
+    """The flags of ``testbed run`` that a sweep's child repeats: every ``--set``,
+    ``--spec-dir`` and ``--cold`` (a flag not passed on would be silently ignored)."""
+    flags = [f for s in sets for f in ("--set", s)]
+    if spec_dir is not None:
+        flags += ["--spec-dir", str(spec_dir)]
+    return [*flags, "--cold"] if cold else flags
+
+
 def run_parallel(
     file: Path,
     items: list[SweepItem],
@@ -31,9 +40,11 @@ def run_parallel(
     backend: str,
     console: Console,
     spec_dir: Path | None = None,
+    cold: bool = False,
 ) -> dict[str, int]:
     """Run every not-yet-completed item; return counts by final status (each child reads
-    the spec's relative paths from ``spec_dir`` when given)."""
+    the spec's relative paths from ``spec_dir`` when given, and runs ``--cold`` when
+    ``cold``)."""
     store = RunStore(out)
     todo = [k for k, it in enumerate(items) if not store.completed_variant(sweep_id, it.variant)]
     done = len(items) - len(todo)
@@ -61,24 +72,10 @@ def run_parallel(
                 while todo and len(running) < parallel:
                     k = todo.pop(0)
                     cmd = [
-                        sys.executable,
-                        "-m",
-                        "testbed",
-                        "run",
-                        str(file),
-                        "--out",
-                        str(out),
-                        "--backend",
-                        backend,
-                        "--item",
-                        str(k),
-                        "--sweep-id",
-                        sweep_id,
+                        *(sys.executable, "-m", "testbed", "run", str(file), "--out", str(out)),
+                        *("--backend", backend, "--item", str(k), "--sweep-id", sweep_id),
+                        *child_flags(sets, spec_dir, cold),
                     ]
-                    for s in sets:
-                        cmd += ["--set", s]
-                    if spec_dir is not None:
-                        cmd += ["--spec-dir", str(spec_dir)]
                     with open(logs / f"item-{k:03d}.log", "w") as log:
                         running[k] = subprocess.Popen(
                             cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

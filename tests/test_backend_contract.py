@@ -79,9 +79,9 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
     seen: list[tuple[str, Any]] = []
     real = backends.preflight
 
-    def spy(name: str, experiments: Any) -> Any:
+    def spy(name: str, experiments: Any, options: Any = None) -> Any:
         seen.append(("preflight", name))
-        return real(name, experiments)
+        return real(name, experiments, options)
 
     monkeypatch.setattr(backends, "preflight", spy)
     monkeypatch.setattr(cli, "_run_items", lambda *a, **k: seen.append(("run", a[4])))
@@ -122,7 +122,74 @@ def test_what_a_backend_lacks_is_a_clear_user_error(tmp_path: Path) -> None:
         sim.start_services({}, {})
     with pytest.raises(ValueError, match="restart_superlink is not supported on --backend simula"):
         sim.restart_superlink()
-    assert sim.fleet_info() == {} and sim.exit_reasons() == {} and sim.mean_cpu_pct() == {}
+    assert sim.exit_reasons() == {} and sim.mean_cpu_pct() == {}
+
+
+def test_fleet_info_says_which_links_are_in_force(tmp_path: Path) -> None:
+    """Every backend says the links in force (mode and kinds, a link's own kind
+    counted) and a ``simulation:`` section it ignores; the simulation adds that its
+    links are modelled and its clock is virtual."""
+    text = QUICKSTART.replace("links:\n", "links:\n  nodes:\n    edge-1: {kind: netem}\n")
+    plan = make_plan(parse_spec(text), 1)
+    local = get_backend("local")(plan, tmp_path).fleet_info()
+    assert local == {"links_mode": "proxy", "link_kinds": {"proxy": 3, "netem": 1}}
+    sim = get_backend("simulation")(plan, tmp_path).fleet_info()
+    assert sim["clock"] == "virtual" and sim["link_kinds"] == local["link_kinds"]
+    assert "no traffic is shaped" in sim["links_modelled"]
+    sim_section = make_plan(parse_spec(QUICKSTART + "simulation: {num_cpus: 4}\n"), 1)
+    ignored = "simulation: (read by --backend simulation only)"
+    assert get_backend("local")(sim_section, tmp_path).fleet_info()["ignored"] == ignored
+    sim_info = get_backend("simulation")(sim_section, tmp_path).fleet_info()
+    assert "ignored" not in sim_info and sim_info["ray"] == "local, 4 CPUs"
+    cluster = get_backend("simulation")(sim_section, tmp_path, ray_address="h:6379")
+    assert cluster.fleet_info()["ignored"] == "simulation.num_cpus: 4 (sizes a local Ray only)"
+    assert cluster.fleet_info()["ray"] == "cluster at h:6379"
+    none = make_plan(parse_spec(QUICKSTART.replace("links:\n", "links:\n  mode: none\n")), 1)
+    assert get_backend("local")(none, tmp_path).fleet_info() == {
+        "links_mode": "none",
+        "link_kinds": {},
+    }
+
+
+@pytest.mark.parametrize("backend", ["simulation", "compose"])
+def test_cold_is_refused_where_a_backend_has_no_cold_start(
+    backend: str, tmp_path: Path, calls: list[tuple[str, Any]]
+) -> None:
+    """``--cold`` on a backend that takes no ``warm`` option is refused (exit 2, naming
+    ``--cold``) before anything is recorded, not ignored; on local it is taken."""
+    spec = ROOT / "experiments" / "quickstart.yaml"
+    out = tmp_path / "runs"
+    args = ["run", str(spec), "--backend", backend, "--out", str(out), "--cold"]
+    result = CliRunner().invoke(cli.app, args)
+    text = _text(result)
+    assert result.exit_code == 2, text
+    assert text.startswith(
+        f"error: --cold: Flower's cold per-message ClientApp processes are not supported "
+        f"on --backend {backend}"
+    ), text
+    assert not out.exists() and ("run", backend) not in calls
+    ok = CliRunner().invoke(cli.app, ["run", str(spec), "--out", str(out), "--cold"])
+    assert ok.exit_code == 0 and calls[-1] == ("run", "local"), _text(ok)
+
+
+def test_a_sweeps_children_get_cold_too() -> None:
+    """``--parallel`` runs each configuration as a child ``testbed run``: ``--cold`` (and
+    every ``--set``, ``--spec-dir``) is passed on, not dropped."""
+    from testbed.sweep import child_flags
+
+    assert child_flags(["seed=3"], Path("d"), True) == [
+        *("--set", "seed=3", "--spec-dir", "d", "--cold")
+    ]
+    assert "--cold" not in child_flags([], None, False)
+
+
+def test_run_experiment_refuses_an_option_its_backend_does_not_take(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs")
+    with pytest.raises(NotSupported, match="--cold: .* --backend simulation"):
+        run_experiment(
+            parse_spec(QUICKSTART), store, backend="simulation", backend_options={"warm": False}
+        )
+    assert store.runs() == []
 
 
 # -- validate and run answer the same ---------------------------------------------------

@@ -68,7 +68,97 @@ def test_summary_tables_and_scalar_lines() -> None:
     print_summary(console, result)
     lines = [" ".join(line.replace("│", " ").split()) for line in buf.getvalue().splitlines()]
     assert "1 0.500 0.450 -" in lines  # round, global, federated, no round time
-    assert "edge-1 1 0 1 700" in lines and "edge-2 0 1 0 0" in lines
+    # edge-2's memory was not measured: "-", never 0
+    assert "edge-1 1 0 1 700" in lines and "edge-2 0 1 0 -" in lines
+    assert "peak RSS -: not measured for the node" in lines
     assert "note: hello" in lines
     assert not any(line.startswith(("wall_s:", "listed:")) for line in lines)
     assert lines[-1] == "completed in 12.3 s wall; stored in /tmp/r1 (run r1)"
+
+
+def _lines(summary: dict[str, object]) -> list[str]:
+    console, buf = _console()
+    print_summary(console, RunResult("r1", "completed", Path("/tmp/r1"), 30.0, summary))
+    return [" ".join(line.replace("│", " ").split()) for line in buf.getvalue().splitlines()]
+
+
+#: A simulation run's summary as ``fl_summary`` and the backend's ``fleet_info`` write it.
+SIMULATED = {
+    "global_acc": {0: 0.05, 1: 0.3, 2: 0.6},
+    "federated_acc": {1: 0.33, 2: 0.69},
+    "round_duration_s": {1: 28.9, 2: 1.45},  # wall: round 1 includes starting Ray
+    "virtual_round_s": {1: 9.5, 2: 2.25},
+    "virtual_time_s": 11.75,
+    "node_status": {"edge-1": {1: "completed", 2: "completed"}},
+    "peak_rss_mb": {"simulation": 1534.2},  # one process tree, not per node
+    "clock": "virtual",
+    "ray": "local, 2 CPUs",
+    "links_mode": "proxy",
+    "link_kinds": {"proxy": 1},
+    "links_modelled": "priced on the virtual clock by each link's kind; no traffic is shaped",
+}
+
+
+def test_simulation_summary_says_virtual() -> None:
+    """A simulation's table is titled virtual, not measured, and shows the virtual round
+    times beside the wall's; per-node memory is "-" (not 0) and the process tree's peak
+    is named beside; the clock and the modelled links are lines."""
+    lines = _lines(dict(SIMULATED))
+    assert "accuracy per round (simulation: virtual clock)" in lines
+    assert not any("measured)" in line for line in lines)
+    assert any("virtual round s ┃ wall round s" in line for line in lines)
+    # round, global, federated, virtual round s, wall round s
+    assert "1 0.300 0.330 9.500 28.900" in lines and "2 0.600 0.690 2.250 1.450" in lines
+    assert "edge-1 2 0 0 -" in lines
+    assert any("peak RSS MB, not client nodes: simulation 1534" in line for line in lines)
+    assert any(line.startswith("clock: virtual (modelled") and "11.8 s virtual" in line
+               and line.endswith("Ray: local, 2 CPUs") for line in lines)
+    assert any(line.startswith("links: proxy (proxy x1); priced on the virtual clock")
+               for line in lines)
+    assert not any(line.startswith(("virtual_time_s:", "clock:  ", "links_mode:"))
+                   for line in lines)
+
+
+def test_wall_clock_summary_is_measured_and_names_a_links_fallback() -> None:
+    """A run on a wall clock keeps one measured round-time column; a docker netem
+    fallback is a ``links:`` line with the mode in force and why."""
+    lines = _lines(
+        {
+            "global_acc": {1: 0.5},
+            "round_duration_s": {1: 2.0},
+            "node_status": {"edge-1": {1: "completed"}},
+            "peak_rss_mb": {"edge-1": 300.0, "cloud": 800.0},
+            "links_mode": "proxy",
+            "link_kinds": {"proxy": 3, "mmwave": 1},
+            "links_fallback": "links.mode: netem cannot shape the containers (not root)",
+            "ignored": "simulation: (read by --backend simulation only)",
+        }
+    )
+    assert "ignored: simulation: (read by --backend simulation only)" in lines
+    assert "accuracy per round (measured)" in lines and "1 0.500 - 2.000" in lines
+    assert "edge-1 1 0 0 300" in lines
+    assert "peak RSS MB, not client nodes: cloud 800" in lines
+    assert not any(line.startswith("clock:") for line in lines)
+    assert (
+        "links: proxy (mmwave x1, proxy x3); fell back: links.mode: netem cannot shape the "
+        "containers (not root)" in lines
+    )
+
+
+def test_live_view_shows_virtual_time_and_a_links_fallback() -> None:
+    console, buf = _console()
+    obs = ConsoleObserver(console)
+    obs.started("r1", make_plan(parse_spec(SPEC)))
+    task = obs.progress.tasks[0]
+    assert obs._table().title == "nodes" and "virtual" not in task.description
+    obs.record({"kind": "event", "name": "fleet_ready", "clock": "virtual"})
+    assert task.description.endswith("(simulation: virtual clock)")
+    assert obs._table().title == "nodes (virtual clock)"
+    obs.record({"kind": "event", "name": "round_end", "round": 1})
+    obs.record({"kind": "metric", "name": "virtual_time_s", "round": 1, "value": 9.5})
+    assert task.fields["info"] == "round 1 done, virtual t 9.5 s"
+    fallback = {"kind": "event", "name": "links_fallback", "asked": "netem", "used": "proxy"}
+    obs.record({**fallback, "why": "not root"})
+    assert obs.live is not None
+    obs.live.stop()
+    assert "links: proxy instead of netem: not root" in buf.getvalue()

@@ -7,11 +7,11 @@ is the one check of experiments against a backend that ``testbed validate``,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kernel.registry import Registry
-from testbed.backends.base import Backend
+from testbed.backends.base import Backend, NotSupported
 
 if TYPE_CHECKING:
     from testbed.spec.models import Experiment
@@ -48,9 +48,36 @@ def get_backend(name: str) -> type[Backend]:
         raise ValueError(f"--backend: {e}") from None
 
 
-def preflight(name: str, experiments: Sequence[Experiment]) -> type[Backend]:
-    """Check ``experiments`` against backend ``name`` before anything is recorded
-    (:meth:`Backend.preflight`); return its class.
+#: What a user gives for a backend option, and what it asks for (named by a refusal).
+OPTION_FLAGS = {"warm": ("--cold", "Flower's cold per-message ClientApp processes")}
+
+
+def check_options(cls: type[Backend], options: Mapping[str, Any]) -> None:
+    """Refuse an option ``cls`` does not take (:attr:`Backend.options`): it would be
+    ignored, and the run would not be what was asked (``--cold`` on the simulation).
+
+    Raises
+    ------
+    NotSupported
+        Naming the option as given (``--cold``), what it asks for and what the backend
+        takes.
+    """
+    for key in options:
+        if key not in cls.options:
+            flag, what = OPTION_FLAGS.get(key, (key, f"option {key!r}"))
+            takes = ", ".join(sorted(cls.options)) or "none"
+            raise NotSupported(
+                f"{flag}: {what} are not supported on --backend {cls.name} "
+                f"(options it takes: {takes})"
+            )
+
+
+def preflight(
+    name: str, experiments: Sequence[Experiment], options: Mapping[str, Any] | None = None
+) -> type[Backend]:
+    """Check ``experiments`` and the backend's ``options`` (:func:`check_options`)
+    against backend ``name`` before anything is recorded (:meth:`Backend.preflight`);
+    return its class.
 
     Raises
     ------
@@ -59,5 +86,6 @@ def preflight(name: str, experiments: Sequence[Experiment]) -> type[Backend]:
         backend's refusal naming the field (:class:`~testbed.backends.base.NotSupported`).
     """
     cls = get_backend(name)
+    check_options(cls, options or {})
     cls.preflight(experiments)
     return cls

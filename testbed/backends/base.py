@@ -114,6 +114,9 @@ class Backend(abc.ABC):
     decides_faults : bool
         True when the backend decides the spec's fault schedule itself (simulation: on
         its virtual clock), so the control plane's chaos engine must not fire it.
+    options : frozenset of str
+        The keyword options its constructor takes (``warm``: ``testbed run --cold``);
+        any other is refused by :func:`testbed.backends.preflight`, never ignored.
 
     Attributes
     ----------
@@ -132,6 +135,7 @@ class Backend(abc.ABC):
     link_kinds: ClassVar[frozenset[str] | None] = None
     fault_kinds: ClassVar[frozenset[str] | None] = None
     decides_faults: ClassVar[bool] = False
+    options: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, plan: Plan, run_dir: Path, **options: Any) -> None:
         """Keep the run; ``options`` are the backend's own (``warm``, ``image`` ...)."""
@@ -388,9 +392,16 @@ class Backend(abc.ABC):
         raise self._not_supported("alive")
 
     def fleet_info(self) -> dict[str, Any]:
-        """What the fleet chose at start, for the ``fleet_ready`` event (docker:
-        ``links_mode``, ``links_fallback``); empty by default."""
-        return {}
+        """What the fleet chose at start, for the ``fleet_ready`` event and the run's
+        summary: the links in force (:func:`links_in_force`: ``links_mode``,
+        ``link_kinds``), plus ``links_fallback`` (docker: why netem fell back to proxy)
+        or ``links_modelled`` and ``clock`` (simulation: links are modelled, not shaped;
+        round times are virtual), and ``ignored``: what of the spec this backend does not
+        read (a ``simulation:`` section off the simulation backend)."""
+        info = links_in_force(self.plan, self.plan.experiment.links.mode)
+        if self.plan.experiment.simulation is not None:
+            info["ignored"] = "simulation: (read by --backend simulation only)"
+        return info
 
     def exit_reasons(self) -> dict[str, str]:
         """Client node -> why it ended on its own, not by a fault (docker: ``oom``,
@@ -401,3 +412,16 @@ class Backend(abc.ABC):
         """Node name -> mean CPU use over the run, percent of one core, from the
         engine's stats (docker); empty by default."""
         return {}
+
+
+def links_in_force(plan: Plan, mode: str) -> dict[str, Any]:
+    """The links of ``plan``'s client nodes under ``links.mode`` = ``mode`` (the mode in
+    force, which may differ from the spec's): ``{"links_mode": mode, "link_kinds":
+    {kind: links of that kind}}`` (a link's own ``kind`` wins over the mode; ``none``:
+    no emulated links, so no kinds)."""
+    kinds: dict[str, int] = {}
+    if mode != "none":
+        for node in plan.clients:
+            kind = node.uplink.kind_in(mode)
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return {"links_mode": mode, "link_kinds": kinds}

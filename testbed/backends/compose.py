@@ -116,6 +116,8 @@ class ComposeBackend(LocalBackend):
     workloads: ClassVar[frozenset[str] | None] = frozenset({"fl"})
     link_kinds: ClassVar[frozenset[str] | None] = frozenset()  # (links.mode: none only)
     fault_kinds: ClassVar[frozenset[str] | None] = frozenset()
+    #: (no ``warm``: the containers' SuperNodes are started by docker-compose, not here)
+    options: ClassVar[frozenset[str]] = frozenset({"base_port"})
 
     def __init__(self, plan: Plan, run_dir: Path, base_port: int = BASE_PORT) -> None:
         super().__init__(plan, run_dir)

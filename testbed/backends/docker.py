@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
@@ -37,7 +37,7 @@ from requests import RequestException
 
 from nodes.agent import FLOWER_ENV
 from testbed.backends import register_backend
-from testbed.backends.base import NodeResources
+from testbed.backends.base import NodeResources, links_in_force
 from testbed.backends.docker_net import (
     choose_link_mode,
     container_links,
@@ -159,6 +159,7 @@ class DockerBackend(LocalBackend):
     name = "docker"
     #: netem links fall back to proxy (saying why) where they cannot be made.
     netem_needs_root = False
+    options: ClassVar[frozenset[str]] = frozenset({"warm", "image"})
 
     def __init__(
         self, plan: Plan, run_dir: Path, warm: bool = True, image: str | None = None
@@ -291,9 +292,10 @@ class DockerBackend(LocalBackend):
         return self.proc(name).poll() is not None
 
     def fleet_info(self) -> dict[str, Any]:
-        """What the fleet chose at start, for the ``fleet_ready`` event: ``links_mode``
-        (the links in force) and ``links_fallback`` (why netem fell back to proxy)."""
-        out: dict[str, Any] = {"links_mode": self.link_mode}
+        """What the fleet chose at start, for the ``fleet_ready`` event and the summary:
+        the links in force (``links_mode``, ``link_kinds``) and ``links_fallback`` (why
+        netem fell back to proxy)."""
+        out = {**super().fleet_info(), **links_in_force(self.plan, self.link_mode)}
         if self.link_note:
             out["links_fallback"] = self.link_note
         return out

@@ -8,13 +8,12 @@ container's namespace to a router namespace the testbed owns, shaped there with 
 netem (or the NFQUEUE delay line where the kernel has no ``sch_netem``), as
 ``links.mode: netem`` does for local processes. Where that cannot work (not root, an
 engine on another host, a runner inside a container) the userspace shaping proxy on the
-host network is used instead, and the run says why (:func:`choose_link_mode`).
+host network is used instead, and the run records why (:func:`choose_link_mode`).
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from testbed.emulation.container_net import container_netem_problem
@@ -70,7 +69,8 @@ def choose_link_mode(mode: str) -> tuple[str, str | None]:
     (str, str or None)
         The mode in force and, when netem cannot shape containers here
         (:func:`~testbed.emulation.container_net.container_netem_problem`), ``proxy``
-        with the reason (also printed on stderr).
+        with the reason, which the run records (a ``links_fallback`` event and the
+        summary's ``links:`` line, :func:`testbed.workloads.base.record_links`).
     """
     if mode != "netem":
         return mode, None
@@ -82,7 +82,6 @@ def choose_link_mode(mode: str) -> tuple[str, str | None]:
         "falling back to the userspace shaping proxy on the host network (links.mode: "
         "proxy: same bandwidth, latency, jitter, loss, schedules and partitions)"
     )
-    print(f"warning: {note}", file=sys.stderr)
     return "proxy", note
 
 

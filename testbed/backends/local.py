@@ -91,6 +91,7 @@ class LocalBackend(Backend):
     name = "local"
     #: netem links need a server namespace this process makes (root / CAP_NET_ADMIN).
     netem_needs_root: ClassVar[bool] = True
+    options: ClassVar[frozenset[str]] = frozenset({"warm"})
 
     def __init__(self, plan: Plan, run_dir: Path, warm: bool = True) -> None:
         super().__init__(plan, run_dir)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from testbed.backends import register_backend
-from testbed.backends.base import Backend, NodeResources, NotSupported
+from testbed.backends.base import Backend, NodeResources, NotSupported, links_in_force
 from testbed.procs import Popen, ProcGroup
 from testbed.simulation.clock import protocol_delay_s, startup_s
 from testbed.simulation.config import SimulationSpec
@@ -108,9 +108,12 @@ class SimulationBackend(Backend):
     #: The fault schedule is decided on the virtual clock (testbed.simulation.vfaults),
     #: not by the control plane's chaos engine.
     decides_faults = True
+    #: No ``warm`` (``--cold``): the Simulation Engine runs every ClientApp in a Ray
+    #: actor, there is no per-message ClientApp process to start cold or warm.
+    options: ClassVar[frozenset[str]] = frozenset({"ray_address"})
 
     def __init__(
-        self, plan: Plan, run_dir: Path, ray_address: str | None = None, **_options: Any
+        self, plan: Plan, run_dir: Path, ray_address: str | None = None
     ) -> None:
         super().__init__(plan, run_dir)
         self.ray_address = ray_address
@@ -221,6 +224,25 @@ class SimulationBackend(Backend):
     # has no SuperLink, and its nodes are virtual; faults are decided on its clock)
 
     # -- observations ------------------------------------------------------------------
+    def fleet_info(self) -> dict[str, Any]:
+        """The links in force, and that they are modelled: each client's link is priced
+        on the virtual clock by its kind; no traffic is shaped. ``clock``: ``virtual``
+        (round times are the clock's, modelled: docs/simulation.md); ``ray``: the local
+        Ray's CPUs or the cluster attached to; ``ignored``: ``simulation.num_cpus`` when
+        a cluster is attached (it sizes a local Ray only)."""
+        sim = self.plan.experiment.simulation or SimulationSpec()
+        address, cpus = self.ray_address or sim.ray_address, sim.num_cpus or NUM_CPUS
+        info: dict[str, Any] = {
+            "clock": "virtual",
+            **links_in_force(self.plan, self.plan.experiment.links.mode),
+            "links_modelled": "priced on the virtual clock by each link's kind; "
+            "no traffic is shaped",
+            "ray": f"cluster at {address}" if address else f"local, {cpus} CPUs",
+        }
+        if address and sim.num_cpus is not None:
+            info["ignored"] = f"simulation.num_cpus: {sim.num_cpus} (sizes a local Ray only)"
+        return info
+
     @property
     def links(self) -> Mapping[str, Link]:
         return {}

@@ -139,6 +139,37 @@ class RunContext:
 
 
 LINK_COUNTERS = ("bytes_up", "bytes_down", "partitioned_s", "stalled_s")
+#: Keys of a backend's ``fleet_info`` that the run's summary keeps: the links in force,
+#: the clock its times are on (simulation: ``virtual``) and what of the spec it ignored.
+FLEET_KEYS = (
+    "links_mode",
+    "link_kinds",
+    "links_fallback",
+    "links_modelled",
+    "clock",
+    "ray",
+    "ignored",
+)
+
+
+def record_links(ctx: RunContext, info: Mapping[str, Any]) -> dict[str, Any]:
+    """What a started fleet chose (``info``: its
+    :meth:`~testbed.backends.base.Backend.fleet_info`; :data:`FLEET_KEYS`), for the
+    run's summary; a
+    fallback (docker: netem could not shape the containers, proxy is used) is also a
+    ``links_fallback`` event, shown live by the observer, never a line on stderr only.
+    """
+    links = {k: info[k] for k in FLEET_KEYS if k in info}
+    if ctx.observer:  # (the live view: a simulation's clock is virtual)
+        ctx.observer.record({"kind": "event", "name": "fleet_ready", **links})
+    why = links.get("links_fallback")
+    if why:
+        asked, used = ctx.experiment.links.mode, links.get("links_mode")
+        ctx.store.add_event(ctx.run_id, "links_fallback", asked=asked, used=used, why=why)
+        if ctx.observer:
+            rec = {"kind": "event", "name": "links_fallback", "asked": asked, "used": used}
+            ctx.observer.record({**rec, "why": why})
+    return links
 
 
 def record_link_counters(

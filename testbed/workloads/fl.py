@@ -21,7 +21,7 @@ from testbed.backends.base import Backend
 from testbed.chaos import ChaosEngine, finalize_statuses
 from testbed.store import RunStore
 from testbed.workloads import register_workload
-from testbed.workloads.base import RunContext, record_link_counters
+from testbed.workloads.base import RunContext, record_link_counters, record_links
 
 
 class TelemetryTail:
@@ -73,6 +73,7 @@ class FlRun:
         self._restarts_seen, self._restart_t = 0, 0.0  # SuperLink restarts, the last one's time
         self.chaos: ChaosEngine | None = None
         self.gone: set[str] = set()  # nodes whose end the engine reported
+        self.links: dict[str, Any] = {}  # the links in force (for the summary)
 
     def pump(self) -> None:
         """Ingest new telemetry, let chaos react, sample memory."""
@@ -107,10 +108,11 @@ class FlRun:
         ctx, store, plan = self.ctx, self.ctx.store, self.ctx.plan
         store.add_event(ctx.run_id, "fleet_starting", nodes=[n.name for n in plan.nodes])
         self.backend.start()
-        info = self.backend.fleet_info()  # docker: the links in force
+        info = self.backend.fleet_info()  # the links in force (docker: netem may fall back)
         store.add_event(
             ctx.run_id, "fleet_ready", superlink_port=self.backend.superlink_port, **info
         )
+        self.links = record_links(ctx, info)
         for name, lim in self.backend.node_limits().items():
             store.add_event(ctx.run_id, "node_limits", node=name, **lim)
         if self.backend.decides_faults:  # simulation: on virtual time
@@ -244,7 +246,23 @@ def fl_summary(store: RunStore, run_id: str, rounds: int, ended: bool) -> dict[s
         "final_global_acc": acc.get(rounds),
         "node_status": nodes,
         "peak_rss_mb": {str(m.node): m.value for m in store.metrics(run_id, "peak_rss_mb")},
+        **virtual_clock(store, run_id),
     }
+
+
+def virtual_clock(store: RunStore, run_id: str) -> dict[str, Any]:
+    """A simulation's virtual clock (docs/simulation.md): ``virtual_round_s`` per round
+    and ``virtual_time_s`` (the virtual time at the last round's end), modelled; empty
+    for a run on a wall clock (no such metrics)."""
+    rounds = {
+        int(m.round): m.value
+        for m in store.metrics(run_id, "virtual_round_s")
+        if m.round is not None
+    }
+    if not rounds:
+        return {}
+    ends = [m.value for m in store.metrics(run_id, "virtual_time_s") if m.value is not None]
+    return {"virtual_round_s": rounds, "virtual_time_s": max(ends) if ends else None}
 
 
 @register_workload("fl")
@@ -266,7 +284,7 @@ class FederatedLearning:
             run.follow(run.submit())
         finally:
             run.finish()
-        return fl_summary(ctx.store, ctx.run_id, run.spec.rounds, run.ended)
+        return {**fl_summary(ctx.store, ctx.run_id, run.spec.rounds, run.ended), **run.links}
 
     def write_report(self, store: RunStore, sweep_id: str, out: Path) -> tuple[Path, Path]:
         from testbed.failure_study import write_failure_study

@@ -116,6 +116,7 @@ class ComposeBackend(LocalBackend):
     workloads: ClassVar[frozenset[str] | None] = frozenset({"fl"})
     link_kinds: ClassVar[frozenset[str] | None] = frozenset()  # (links.mode: none only)
     fault_kinds: ClassVar[frozenset[str] | None] = frozenset()
+    user_apps = False
 
     def __init__(self, plan: Plan, run_dir: Path, base_port: int = BASE_PORT) -> None:
         super().__init__(plan, run_dir)

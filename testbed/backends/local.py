@@ -89,6 +89,7 @@ class LocalBackend(Backend):
     """
 
     name = "local"
+    user_apps = True
     #: netem links need a server namespace this process makes (root / CAP_NET_ADMIN).
     netem_needs_root: ClassVar[bool] = True
 
@@ -556,8 +557,9 @@ class LocalBackend(Backend):
         m = re.search(r"Successfully started run (\d+)", log)
         return int(m.group(1)) if m else None
 
-    def submit(self, run_config: dict[str, object]) -> Popen:
-        """Submit the Flower app with ``flwr run --stream``; the process ends with the run."""
+    def submit(self, run_config: dict[str, object], app_dir: Path | None = None) -> Popen:
+        """Submit the Flower app (``app_dir``, default the testbed's) with ``flwr run
+        --stream``; the process ends with the run."""
         home = self.run_dir / "flwr_home"
         home.mkdir(parents=True, exist_ok=True)
         conf = {
@@ -572,7 +574,7 @@ class LocalBackend(Backend):
         cmd = [
             flower_bin("flwr"),
             "run",
-            str(APP_DIR),
+            str(app_dir or APP_DIR),
             "fleet",
             "--run-config",
             str(rc),

@@ -197,6 +197,7 @@ class LocalBackend(Backend):
                 self._server_prefix + cmd,
                 self.run_dir / "logs" / f"{server.name}.log",
                 env=self._server_env(),
+                cwd=self._server_cwd(),
             )
             try:
                 wait_port(port, timeout_s, p, netns=self.netns)
@@ -206,6 +207,15 @@ class LocalBackend(Backend):
             self.superlink_port = port
             return
         raise RuntimeError("could not start the SuperLink (see logs)")
+
+    def _server_cwd(self) -> str | None:
+        """The server node's working directory when it runs a user's app: its folder in
+        the run (what the app's ServerApp writes to relative paths stays with the run,
+        e.g. quickstart-numpy's ``final_model.npz``); None: this process's own."""
+        fl = self.plan.experiment.workload.fl
+        if fl is None or fl.app is None:
+            return None
+        return str((self.run_dir / "nodes" / self.plan.server.name).resolve())
 
     def superlink_db(self) -> Path | None:
         """The SuperLink's state file, or None: its state in memory (Flower's default).

@@ -1,7 +1,7 @@
 """Protocol timing: Flower's own polling waits (``flower``) or short ones (``fast``).
 
-Flower (1.41 and 1.42, :data:`SUPPORTED_FLOWER`) waits a hard-coded time whenever one side of the protocol polls and finds
-nothing:
+Flower (1.41 and 1.42, :data:`SUPPORTED_FLOWER`) waits a hard-coded time whenever one
+side of the protocol polls and finds nothing:
 
 * a SuperNode whose pull finds no message sleeps 3 s before pulling again
   (``flwr.supernode.start_client_internal.start_client_internal``);

@@ -66,8 +66,8 @@ app = ClientApp()
 def train(msg: Message, context: Context) -> Message:
     {body}
     w = msg.content["arrays"].to_numpy_ndarrays()[0] + 1.0
-    content = RecordDict({{"arrays": ArrayRecord([w]),
-                          "metrics": MetricRecord({{"num-examples": 1, "w-mean": float(w.mean())}})}})
+    metrics = MetricRecord({{"num-examples": 1, "w-mean": float(w.mean())}})
+    content = RecordDict({{"arrays": ArrayRecord([w]), "metrics": metrics}})
     return Message(content=content, reply_to=msg)
 """
 

@@ -166,6 +166,7 @@ def statuses(store: RunStore, run_id: str) -> dict[tuple[int, str], str]:
     return {(r, n): s for r, n, s, _why in store.round_status(run_id)}
 
 
+@pytest.mark.slow
 def test_quickstart_numpy_with_a_crash_and_a_partition(tmp_path: Path) -> None:
     """Flower's quickstart-numpy, unmodified, on 3 edge nodes: e-2 crashes before round 2,
     e-1's link is cut before round 2 for longer than the round deadline."""
@@ -206,6 +207,7 @@ def _run_cli(tmp_path: Path, text: str) -> tuple[subprocess.CompletedProcess[str
     return res, RunStore(tmp_path / "runs")
 
 
+@pytest.mark.slow
 def test_an_exception_in_train_fails_the_run_naming_app_and_node(tmp_path: Path) -> None:
     app = write_app(tmp_path, "boomapp", body="raise ValueError('boom in train')")
     res, store = _run_cli(tmp_path, spec_yaml(str(app), clients=2))
@@ -220,6 +222,7 @@ def test_an_exception_in_train_fails_the_run_naming_app_and_node(tmp_path: Path)
     assert processes_under(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_clientapp_that_never_replies_fails_at_the_round_deadline(tmp_path: Path) -> None:
     app = write_app(tmp_path, "hangapp", body="time.sleep(3600)")
     res, store = _run_cli(

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from kernel.frozen import Frozen, SpecPath, spec_dir
+from kernel.frozen import Frozen, SpecDir, SpecPath, spec_dir
 from nodes.data.datasets import DATASETS, check_dataset_path
 from nodes.data.partition import PARTITIONERS
 from nodes.fl.strategies import STRATEGIES, check_params
@@ -184,8 +184,20 @@ class UplinkSpec(Frozen):
 
 
 class FLSpec(Hosted):
-    """The federated-learning workload."""
+    """The federated-learning workload: the testbed's own Flower app (dataset, model,
+    strategy... below), or the user's own Flower App (``app``, ``app_config``:
+    :mod:`nodes.fl.userapp`), observed at its Grid and ClientApp (:mod:`nodes.fl.observe`);
+    the keys of the testbed's app do not apply to a user's app."""
 
+    app: SpecDir | None = Field(
+        None,
+        description="a Flower App folder (pyproject.toml with [tool.flwr.app.components]) "
+        "run unchanged instead of the testbed's app; relative to the spec's folder",
+    )
+    app_config: dict[str, bool | int | float | str] = Field(
+        default_factory=dict,
+        description="run config of the app (keys its [tool.flwr.app.config] declares)",
+    )
     dataset: DatasetSpec = DatasetSpec()
     partitioner: PartitionerSpec = PartitionerSpec()
     model: ModelSpec = ModelSpec()
@@ -216,3 +228,13 @@ class FLSpec(Hosted):
         "for comparisons with real deployments; fast: those waits shortened to 0.02-0.1 s "
         "by a shim (nodes/fl/timing.py), for quick experiments and tests",
     )
+
+    @model_validator(mode="after")
+    def _user_app(self, info: ValidationInfo) -> FLSpec:
+        if self.app_config and self.app is None:
+            raise ValueError("app_config: needs 'app' (a Flower App folder)")
+        if self.app is not None and spec_dir(info) is not None:  # loading the spec
+            from nodes.fl.userapp import check_app
+
+            check_app(self.app, self.app_config)
+        return self

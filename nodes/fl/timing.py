@@ -1,7 +1,7 @@
 """Protocol timing: Flower's own polling waits (``flower``) or short ones (``fast``).
 
-Flower 1.41 waits a hard-coded time whenever one side of the protocol polls and finds
-nothing:
+Flower (1.41 and 1.42, :data:`SUPPORTED_FLOWER`) waits a hard-coded time whenever one
+side of the protocol polls and finds nothing:
 
 * a SuperNode whose pull finds no message sleeps 3 s before pulling again
   (``flwr.supernode.start_client_internal.start_client_internal``);
@@ -56,7 +56,8 @@ the testbed's ServerApp calls :func:`install` itself before its first round (the
 ServerApp runs inside Flower's ``flwr-serverapp`` process, started by Flower's
 SuperExec, so that is the first code of the testbed there). If a Flower release no
 longer has a patched wait (function gone, or its hard-coded value changed),
-:func:`install` raises instead of silently doing nothing.
+:func:`install` raises instead of silently doing nothing; a Flower outside
+:data:`SUPPORTED_FLOWER` is refused first (:func:`check_flower_version`), naming the range.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ from importlib.metadata import entry_points
 from types import CodeType, ModuleType
 from typing import Any, Literal
 
+#: Flower releases (major, minor) whose waits this module was checked against, oldest first.
+SUPPORTED_FLOWER: tuple[tuple[int, int], ...] = ((1, 41), (1, 42))
 ProtocolTiming = Literal["flower", "fast"]
 PROTOCOL_TIMINGS: tuple[str, ...] = ("flower", "fast")
 SUPERNODE = "supernode"
@@ -224,10 +227,31 @@ def _set_backoff(fast: bool, scale: float = 1.0) -> None:
         if fast and now != want and not ours:
             raise RuntimeError(
                 f"protocol_timing fast: {BACKOFF_MODULE}.{name} back-off defaults are "
-                f"{now}, not Flower 1.41's {want} (update nodes/fl/timing.py)"
+                f"{now}, not Flower's {want} (update nodes/fl/timing.py)"
             )
         defaults.update(_fast_backoff(scale) if fast else want)
         fn.__kwdefaults__ = defaults  # type: ignore[union-attr]
+
+
+def check_flower_version(version: str | None = None) -> str:
+    """The installed Flower's version (or ``version``); RuntimeError naming the supported
+    range when its major.minor is not in :data:`SUPPORTED_FLOWER`."""
+    if version is None:
+        from importlib.metadata import version as dist_version
+
+        version = dist_version("flwr")
+    try:
+        major, minor = (int(x) for x in version.split(".")[:2])
+    except ValueError:
+        major = minor = -1
+    if (major, minor) not in SUPPORTED_FLOWER:
+        lo, hi = SUPPORTED_FLOWER[0], SUPPORTED_FLOWER[-1]
+        raise RuntimeError(
+            f"protocol_timing fast: Flower {version} is not supported by nodes/fl/timing.py "
+            f"(supported: {lo[0]}.{lo[1]} to {hi[0]}.{hi[1]}); use protocol_timing: flower "
+            "or check the shimmed waits against this release and extend SUPPORTED_FLOWER"
+        )
+    return version
 
 
 def install(component: str, scale: float = 1.0) -> dict[str, TimeShim]:
@@ -243,6 +267,7 @@ def install(component: str, scale: float = 1.0) -> dict[str, TimeShim]:
     """
     if component not in WAITS:
         raise ValueError(f"component must be one of {sorted(WAITS)}, got {component!r}")
+    check_flower_version()
     rules: dict[str, dict[CodeType, tuple[float, float]]] = {}
     for wait in WAITS[component]:  # every check first: a failed install changes nothing
         module = importlib.import_module(wait.module)

@@ -117,6 +117,9 @@ class Backend(abc.ABC):
     options : frozenset of str
         The keyword options its constructor takes (``warm``: ``testbed run --cold``);
         any other is refused by :func:`testbed.backends.preflight`, never ignored.
+    user_apps : bool
+        True when it runs a user's own Flower App (``workload.fl.app``); the preflight
+        refuses one elsewhere, naming the field.
 
     Attributes
     ----------
@@ -136,6 +139,8 @@ class Backend(abc.ABC):
     fault_kinds: ClassVar[frozenset[str] | None] = None
     decides_faults: ClassVar[bool] = False
     options: ClassVar[frozenset[str]] = frozenset()
+    #: Runs a user's own Flower App (``workload.fl.app``, :mod:`nodes.fl.userapp`).
+    user_apps: ClassVar[bool] = False
 
     def __init__(self, plan: Plan, run_dir: Path, **options: Any) -> None:
         """Keep the run; ``options`` are the backend's own (``warm``, ``image`` ...)."""
@@ -169,6 +174,7 @@ class Backend(abc.ABC):
         """
         for exp in experiments:
             cls._check_workloads(exp)
+            cls._check_user_app(exp)
             cls._check_links(exp)
             cls._check_faults(exp)
 
@@ -186,6 +192,15 @@ class Backend(abc.ABC):
         for section in exp.workload.sections:
             if section not in cls.workloads:
                 raise cls._refuse(f"workload.{section}", "this workload", cls.workloads)
+
+    @classmethod
+    def _check_user_app(cls, exp: Experiment) -> None:
+        fl = exp.workload.fl
+        if fl is not None and fl.app is not None and not cls.user_apps:
+            raise NotSupported(
+                f"workload.fl.app: a user's own Flower App is not supported on --backend "
+                f"{cls.name} yet (supported: --backend local)"
+            )
 
     @classmethod
     def _check_links(cls, exp: Experiment) -> None:
@@ -271,8 +286,10 @@ class Backend(abc.ABC):
 
     # -- the Flower run ----------------------------------------------------------------
     @abc.abstractmethod
-    def submit(self, run_config: dict[str, object]) -> Process:
-        """Submit the Flower app with ``run_config``; the process ends with the run."""
+    def submit(self, run_config: dict[str, object], app_dir: Path | None = None) -> Process:
+        """Submit the Flower app with ``run_config``; the process ends with the run.
+        ``app_dir``: the Flower App folder to run (default: the testbed's own app,
+        ``nodes/fl/app``; a user's app observed, :func:`nodes.fl.userapp.observed_fab`)."""
 
     def attach(self, flwr_run_id: int) -> Process:
         """Stream run ``flwr_run_id`` again after a SuperLink restart.

@@ -118,6 +118,7 @@ class ComposeBackend(LocalBackend):
     fault_kinds: ClassVar[frozenset[str] | None] = frozenset()
     #: (no ``warm``: the containers' SuperNodes are started by docker-compose, not here)
     options: ClassVar[frozenset[str]] = frozenset({"base_port"})
+    user_apps = False
 
     def __init__(self, plan: Plan, run_dir: Path, base_port: int = BASE_PORT) -> None:
         super().__init__(plan, run_dir)

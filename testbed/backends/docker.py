@@ -157,6 +157,7 @@ class DockerBackend(LocalBackend):
     """
 
     name = "docker"
+    user_apps = False  # (not yet: the app's dependencies need a derived image)
     #: netem links fall back to proxy (saying why) where they cannot be made.
     netem_needs_root = False
     options: ClassVar[frozenset[str]] = frozenset({"warm", "image"})

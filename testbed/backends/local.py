@@ -89,6 +89,7 @@ class LocalBackend(Backend):
     """
 
     name = "local"
+    user_apps = True
     #: netem links need a server namespace this process makes (root / CAP_NET_ADMIN).
     netem_needs_root: ClassVar[bool] = True
     options: ClassVar[frozenset[str]] = frozenset({"warm"})
@@ -197,6 +198,7 @@ class LocalBackend(Backend):
                 self._server_prefix + cmd,
                 self.run_dir / "logs" / f"{server.name}.log",
                 env=self._server_env(),
+                cwd=self._server_cwd(),
             )
             try:
                 wait_port(port, timeout_s, p, netns=self.netns)
@@ -206,6 +208,15 @@ class LocalBackend(Backend):
             self.superlink_port = port
             return
         raise RuntimeError("could not start the SuperLink (see logs)")
+
+    def _server_cwd(self) -> str | None:
+        """The server node's working directory when it runs a user's app: its folder in
+        the run (what the app's ServerApp writes to relative paths stays with the run,
+        e.g. quickstart-numpy's ``final_model.npz``); None: this process's own."""
+        fl = self.plan.experiment.workload.fl
+        if fl is None or fl.app is None:
+            return None
+        return str((self.run_dir / "nodes" / self.plan.server.name).resolve())
 
     def superlink_db(self) -> Path | None:
         """The SuperLink's state file, or None: its state in memory (Flower's default).
@@ -557,8 +568,9 @@ class LocalBackend(Backend):
         m = re.search(r"Successfully started run (\d+)", log)
         return int(m.group(1)) if m else None
 
-    def submit(self, run_config: dict[str, object]) -> Popen:
-        """Submit the Flower app with ``flwr run --stream``; the process ends with the run."""
+    def submit(self, run_config: dict[str, object], app_dir: Path | None = None) -> Popen:
+        """Submit the Flower app (``app_dir``, default the testbed's) with ``flwr run
+        --stream``; the process ends with the run."""
         home = self.run_dir / "flwr_home"
         home.mkdir(parents=True, exist_ok=True)
         conf = {
@@ -573,7 +585,7 @@ class LocalBackend(Backend):
         cmd = [
             flower_bin("flwr"),
             "run",
-            str(APP_DIR),
+            str(app_dir or APP_DIR),
             "fleet",
             "--run-config",
             str(rc),

@@ -207,8 +207,10 @@ class SimulationBackend(Backend):
         model = SpaceModel(exp.space, space, horizon_s=horizon)
         return {name: model.link_schedule(name) for name in space}
 
-    def submit(self, run_config: dict[str, object]) -> Popen:
-        """Start the simulation process; it ends with the Flower run."""
+    def submit(self, run_config: dict[str, object], app_dir: Path | None = None) -> Popen:
+        """Start the simulation process; it ends with the Flower run (the testbed's own
+        app: ``app_dir`` is refused by :meth:`preflight`, ``user_apps`` is False)."""
+        assert app_dir is None, "a user's app on --backend simulation"
         path = self.run_dir / "simulation.json"
         path.write_text(json.dumps(self.settings(run_config), indent=1))
         env = dict(os.environ)

@@ -74,6 +74,8 @@ class FlRun:
         self.chaos: ChaosEngine | None = None
         self.gone: set[str] = set()  # nodes whose end the engine reported
         self.links: dict[str, Any] = {}  # the links in force (for the summary)
+        # a user's app holds a round with faults planned before it until they are applied
+        self.hold_path = ctx.run_dir / "round_released" if spec.app else None
 
     def pump(self) -> None:
         """Ingest new telemetry, let chaos react, sample memory."""
@@ -88,6 +90,8 @@ class FlRun:
                 self.chaos.on_record(r)
             if self.ctx.observer:
                 self.ctx.observer.record(r)
+            if self.hold_path and r.get("kind") == "event" and r.get("name") == "round_end":
+                self.hold_path.write_text(str(int(r["round"]) + 1))  # its faults: applied
         if self.chaos:
             self.chaos.tick()
             self.engine_exits()
@@ -136,6 +140,8 @@ class FlRun:
     def submit(self) -> Any:
         """Submit the Flower app; return the process that ends with the run."""
         run_dir = self.ctx.run_dir
+        if self.spec.app is not None:
+            return self._submit_user_app()
         return self.backend.submit(
             {
                 "fl-spec": self.spec.model_dump_json(),
@@ -146,6 +152,36 @@ class FlRun:
                 "resume": int(self.ctx.resume),
             }
         )
+
+    def _submit_user_app(self) -> Any:
+        """Submit the user's Flower App, copied with its components observed
+        (:func:`nodes.fl.userapp.observed_fab`) and its ``app_config`` as run config."""
+        from nodes.fl.userapp import TESTBED_PREFIX, observed_fab
+
+        run_dir, plan = self.ctx.run_dir, self.ctx.plan
+        before = [f.at_round for f in plan.faults if f.phase == "before" and f.at_round]
+        holds = sorted({r for r in before if r > 1})  # (round 1's: fired before the run)
+        keys: dict[str, bool | int | float | str] = {
+            "telemetry-path": str((run_dir / "telemetry.jsonl").resolve()),
+            "node-names": json.dumps(plan.client_names()),
+            "hold-rounds": json.dumps(holds),
+            "hold-path": str(self.hold_path.resolve()) if self.hold_path else "",
+            "round-timeout-s": float(self.spec.round_timeout_s),
+            "protocol-timing": self.spec.protocol_timing,
+        }
+        keys = {f"{TESTBED_PREFIX}{k}": v for k, v in keys.items()}
+        assert self.spec.app is not None
+        fab = observed_fab(self.spec.app, run_dir, keys)
+        self.ctx.store.add_event(self.ctx.run_id, "user_app", app=str(self.spec.app), fab=str(fab))
+        return self.backend.submit({**self.spec.app_config, **keys}, fab)
+
+    def rounds(self) -> int:
+        """Rounds of the run: planned (the testbed's app), or observed (a user's app:
+        the last round that ended)."""
+        if self.spec.app is None:
+            return self.spec.rounds
+        ends = [e.round for e in self.ctx.store.events(self.ctx.run_id) if e.kind == "round_end"]
+        return max((int(r) for r in ends if r is not None), default=0)
 
     def follow(self, proc: Any) -> None:
         """Pump until the run ends (re-attaching after SuperLink restarts) or times out."""
@@ -203,7 +239,7 @@ class FlRun:
             store.add_metric(run_id, "peak_rss_mb", mb, node=name)
         for name, pct in self.backend.mean_cpu_pct().items():
             store.add_metric(run_id, "mean_cpu_pct", pct, node=name)  # engine stats (docker)
-        finalize_statuses(store, run_id, self.ctx.plan, self.spec.rounds)
+        finalize_statuses(store, run_id, self.ctx.plan, self.rounds())
         round_clock(store, run_id, self.backend.space_model())
 
 
@@ -265,6 +301,24 @@ def virtual_clock(store: RunStore, run_id: str) -> dict[str, Any]:
     return {"virtual_round_s": rounds, "virtual_time_s": max(ends) if ends else None}
 
 
+def user_app_verdict(store: RunStore, run_id: str, summary: dict[str, Any]) -> None:
+    """A user's app: the run failed when the ServerApp failed (no ``run_end``) or no
+    message was ever answered (every status ``failed``); the reason is the app's
+    error or the first node's, as recorded."""
+    rows = store.round_status(run_id)
+    errors = [e.data_dict.get("error") for e in store.events(run_id) if e.kind == "app_error"]
+    if summary["status"] == "failed":
+        summary["reason"] = str(errors[0]) if errors else "the Flower run ended without run_end"
+        return
+    if rows and not any(r.status in ("completed", "late") for r in rows):
+        first = min(rows, key=lambda r: (r.round, r.node))
+        summary["status"] = "failed"
+        summary["reason"] = (
+            f"no node completed a round of the app; first: {first.node} in round "
+            f"{first.round}: {first.reason}"
+        )
+
+
 @register_workload("fl")
 class FederatedLearning:
     """``workload.fl``: Flower SuperLink + SuperNodes on the backend; failure-study report."""
@@ -284,7 +338,10 @@ class FederatedLearning:
             run.follow(run.submit())
         finally:
             run.finish()
-        return {**fl_summary(ctx.store, ctx.run_id, run.spec.rounds, run.ended), **run.links}
+        summary = {**fl_summary(ctx.store, ctx.run_id, run.rounds(), run.ended), **run.links}
+        if run.spec.app is not None:
+            user_app_verdict(ctx.store, ctx.run_id, summary)
+        return summary
 
     def write_report(self, store: RunStore, sweep_id: str, out: Path) -> tuple[Path, Path]:
         from testbed.failure_study import write_failure_study

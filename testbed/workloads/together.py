@@ -30,6 +30,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from testbed.backends.base import Backend, NodeHandle, NodeResources, Process
@@ -182,8 +183,8 @@ class SharedFleet(Backend):
     def restart_superlink(self) -> None:
         self.backend.restart_superlink()
 
-    def submit(self, run_config: dict[str, object]) -> Process:
-        return self.backend.submit(run_config)
+    def submit(self, run_config: dict[str, object], app_dir: Path | None = None) -> Process:
+        return self.backend.submit(run_config, app_dir)
 
     def attach(self, flwr_run_id: int) -> Process:
         return self.backend.attach(flwr_run_id)

@@ -1,0 +1,1 @@
+"""quickstart-numpy: A Flower / NumPy app."""

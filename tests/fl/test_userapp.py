@@ -1,0 +1,239 @@
+"""A user's own Flower App (``workload.fl.app``, issue 28) on real Flower, no mocks.
+
+The apps are not written for the testbed: Flower's official ``quickstart-numpy``
+(``tests/data/apps/``, unmodified) and small apps written here that break on purpose.
+The fleet tests run a real SuperLink and SuperNodes on loopback (``--backend local``)
+and check that nothing outlives the run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from nodes.fl.timing import check_flower_version
+from nodes.fl.userapp import read_app
+from testbed.runner import run_experiment
+from testbed.spec.loader import parse_spec
+from testbed.store import RunStore
+from tests.conftest import processes_under
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+QUICKSTART = DATA / "apps" / "quickstart-numpy"
+
+PYPROJECT = """\
+[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+[project]
+name = "{name}"
+version = "1.0.0"
+[tool.hatch.build.targets.wheel]
+packages = ["."]
+[tool.flwr.app]
+publisher = "tests"
+[tool.flwr.app.components]
+serverapp = "{pkg}.server:app"
+clientapp = "{pkg}.client:app"
+[tool.flwr.app.config]
+num-server-rounds = 2
+"""
+SERVER = """\
+import numpy as np
+from flwr.app import ArrayRecord, Context
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAvg
+app = ServerApp()
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    FedAvg(fraction_evaluate=0.0).start(
+        grid=grid, initial_arrays=ArrayRecord([np.zeros(4, dtype=np.float32)]),
+        num_rounds=int(context.run_config["num-server-rounds"]))
+"""
+CLIENT = """\
+import time
+import numpy as np
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+{top}
+app = ClientApp()
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    {body}
+    w = msg.content["arrays"].to_numpy_ndarrays()[0] + 1.0
+    metrics = MetricRecord({{"num-examples": 1, "w-mean": float(w.mean())}})
+    content = RecordDict({{"arrays": ArrayRecord([w]), "metrics": metrics}})
+    return Message(content=content, reply_to=msg)
+"""
+
+
+def write_app(root: Path, name: str, top: str = "", body: str = "pass") -> Path:
+    """A small Flower App ``name`` at ``root/name``; ``top`` runs at import of its client
+    module, ``body`` at the start of every train message."""
+    app, pkg = root / name, name.replace("-", "_")
+    (app / pkg).mkdir(parents=True)
+    (app / "pyproject.toml").write_text(PYPROJECT.format(name=name, pkg=pkg))
+    (app / pkg / "__init__.py").write_text("")
+    (app / pkg / "server.py").write_text(SERVER)
+    (app / pkg / "client.py").write_text(CLIENT.format(top=top, body=body))
+    return app
+
+
+def spec_yaml(app: str, extra: str = "", fl: str = "", clients: int = 3) -> str:
+    return textwrap.dedent(f"""\
+        name: userapp
+        seed: 3
+        fleet:
+          nodes:
+            - {{id: cloud, tier: cloud}}
+            - {{id: e, tier: edge, count: {clients}}}
+        links:
+          defaults:
+            edge-cloud: {{bandwidth_mbps: 50, latency_ms: 5}}
+        workload:
+          fl:
+            app: {app}
+            protocol_timing: fast
+        """) + textwrap.indent(fl, "    ") + extra
+
+
+def validate(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(text)
+    return subprocess.run(
+        [sys.executable, "-m", "testbed", "validate", str(spec)],
+        capture_output=True, text=True, timeout=120, env=os.environ,
+    )  # fmt: skip
+
+
+# -- validation -------------------------------------------------------------------------
+def test_quickstart_numpy_is_read_and_its_relative_path_resolves() -> None:
+    info = read_app(QUICKSTART)
+    assert info.components == {
+        "serverapp": "quickstart_numpy.server_app:app",
+        "clientapp": "quickstart_numpy.client_app:app",
+    }
+    assert info.config == {"num-server-rounds": 3}
+    exp = parse_spec(spec_yaml("apps/quickstart-numpy", fl="app_config: {num-server-rounds: 2}\n"),
+                     folder=DATA)  # fmt: skip
+    assert exp.workload.fl is not None and exp.workload.fl.app == str(QUICKSTART)
+
+
+@pytest.mark.parametrize(
+    ("make", "expect"),
+    [
+        (lambda d: d, "has no pyproject.toml"),
+        (lambda d: (d / "pyproject.toml").write_text("[project]\nname='x'\n") and d,
+         "no [tool.flwr.app.components]"),  # fmt: skip
+        (lambda d: write_app(d, "importerr", top="import no_such_module_xyz"),
+         "clientapp 'importerr.client:app' does not import: ModuleNotFoundError"),  # fmt: skip
+    ],
+    ids=["no-pyproject", "no-components", "import-error"],
+)
+def test_what_is_not_a_flower_app_is_refused_at_validate(
+    tmp_path: Path, make: object, expect: str
+) -> None:
+    folder = tmp_path / "thing"
+    folder.mkdir()
+    app = make(folder)  # type: ignore[operator]
+    res = validate(tmp_path, spec_yaml(str(app)))
+    assert res.returncode == 2, res.stdout + res.stderr
+    out = res.stdout + res.stderr
+    assert expect in out and "Traceback" not in out, out
+
+
+def test_an_undeclared_app_config_key_is_refused_naming_the_apps_keys(tmp_path: Path) -> None:
+    res = validate(tmp_path, spec_yaml(str(QUICKSTART), fl="app_config: {rounds: 2}\n"))
+    out = res.stdout + res.stderr
+    assert res.returncode == 2 and "Traceback" not in out, out
+    assert "'rounds' not declared by app 'quickstart-numpy'" in out
+    assert "keys: num-server-rounds" in out
+
+
+def test_flower_version_outside_the_supported_range_is_named() -> None:
+    assert check_flower_version("1.42.0") == "1.42.0"
+    with pytest.raises(RuntimeError, match=r"Flower 1\.43\.1 .*\(supported: 1\.41 to 1\.42\)"):
+        check_flower_version("1.43.1")
+
+
+# -- fleets ---------------------------------------------------------------------------
+def statuses(store: RunStore, run_id: str) -> dict[tuple[int, str], str]:
+    return {(r, n): s for r, n, s, _why in store.round_status(run_id)}
+
+
+@pytest.mark.slow
+def test_quickstart_numpy_with_a_crash_and_a_partition(tmp_path: Path) -> None:
+    """Flower's quickstart-numpy, unmodified, on 3 edge nodes: e-2 crashes before round 2,
+    e-1's link is cut before round 2 for longer than the round deadline."""
+    store = RunStore(tmp_path)
+    text = spec_yaml(
+        str(QUICKSTART),
+        fl="app_config: {num-server-rounds: 3}\nround_timeout_s: 6\n",
+        extra=textwrap.dedent("""\
+            faults:
+              - {kind: crash, node: e-2, at_round: 2}
+              - {kind: partition, node: e-1, at_round: 2, duration_s: 8}
+            """),
+    )
+    res = run_experiment(parse_spec(text), store, spec_path="inline")
+    assert res.status == "completed", res.summary
+    st = statuses(store, res.run_id)
+    assert {st[(1, n)] for n in ("e-1", "e-2", "e-3")} == {"completed"}  # before the faults
+    assert all(st[(r, "e-3")] == "completed" for r in (1, 2, 3))  # untouched
+    assert all(st.get((r, "e-2")) not in (None, "completed") for r in (2, 3))  # crashed
+    assert st[(2, "e-1")] in ("failed", "late")  # cut off for the round's deadline
+    # the app's own MetricRecord keys, per (round, node): train's scalar, evaluate's list
+    train = {(r, n) for r, n, *_ in store.metrics(res.run_id, "random_metric")}
+    assert {(r, "e-3") for r in (1, 2, 3)} <= train and (2, "e-2") not in train
+    assert {n for _r, n, *_ in store.metrics(res.run_id, "random_metric[2]")} >= {"e-3"}
+    sent = {(r, n) for r, n, *_ in store.metrics(res.run_id, "bytes_sent")}
+    assert {(1, "e-1"), (2, "e-2"), (3, "e-3")} <= sent
+    assert (res.artifact_dir / "nodes" / "cloud" / "final_model.npz").exists()  # app's own
+    assert processes_under(tmp_path) == []
+
+
+def _run_cli(tmp_path: Path, text: str) -> tuple[subprocess.CompletedProcess[str], RunStore]:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(text)
+    res = subprocess.run(
+        [sys.executable, "-m", "testbed", "run", str(spec), "--out", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=300, env=os.environ,
+    )  # fmt: skip
+    return res, RunStore(tmp_path / "runs")
+
+
+@pytest.mark.slow
+def test_an_exception_in_train_fails_the_run_naming_app_and_node(tmp_path: Path) -> None:
+    app = write_app(tmp_path, "boomapp", body="raise ValueError('boom in train')")
+    res, store = _run_cli(tmp_path, spec_yaml(str(app), clients=2))
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "Traceback" not in out, out
+    [run] = store.runs()
+    assert run.status == "failed"
+    reason = str(run.summary_dict.get("reason"))
+    assert "app 'boomapp'" in reason and "ClientApp on node e-" in reason, reason
+    assert "ValueError: boom in train" in reason
+    assert {s for (_r, _n), s in statuses(store, run.run_id).items()} == {"failed"}
+    assert processes_under(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_a_clientapp_that_never_replies_fails_at_the_round_deadline(tmp_path: Path) -> None:
+    app = write_app(tmp_path, "hangapp", body="time.sleep(3600)")
+    res, store = _run_cli(
+        tmp_path, spec_yaml(str(app), clients=2, fl="round_timeout_s: 4\napp_config: "
+                                                   "{num-server-rounds: 1}\n")  # fmt: skip
+    )
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "Traceback" not in out, out
+    [run] = store.runs()
+    assert run.status == "failed"
+    rows = store.round_status(run.run_id)
+    assert {(r, n, s) for r, n, s, _ in rows} == {(1, "e-1", "failed"), (1, "e-2", "failed")}
+    assert all("no reply within the app's timeout (4.0 s)" in why for *_x, why in rows)
+    assert processes_under(tmp_path) == []

@@ -393,7 +393,7 @@ def test_user_partitioner_strategy_fault_link_and_backend_on_a_real_fleet(
     assert held == {"edge-1": list(range(7)), "edge-2": [7, 8, 9]}
     # fault: edge-2 left before round 2 and trained no more; edge-1 trained both rounds
     down = [(e.round, e.node, e.data_dict["reason"]) for e in events if e.kind == "node_down"]
-    assert down == [(1, "edge-2", "left the federation")]
+    assert down == [(2, "edge-2", "left the federation")]  # (it acts in round 2)
     trained = {(m.round, m.node) for m in store.metrics(res.run_id, "train_loss")}
     assert trained == {(1, "edge-1"), (1, "edge-2"), (2, "edge-1")}
     status = {(s.round, s.node): s.status for s in store.round_status(res.run_id)}

@@ -89,6 +89,7 @@ class Pending:
     name: str
     node: str | None
     data: dict[str, Any]
+    round: int | None = None  # the round it acts in (a fault fired before that round)
 
 
 class VirtualFaults:
@@ -125,6 +126,7 @@ class VirtualFaults:
         self.controls: list[tuple[int, str, NodeControl]] = []  # (first round, node, control)
         self.rejoin: dict[str, tuple[float, int, str]] = {}  # node -> (back at, round down, kind)
         self.round = 0
+        self._acting: int | None = None  # what events of a "before round r" fault carry
         self.fired: set[int] = set()  # indices of at_time_s faults already fired
 
     def of(self, name: str) -> ClientFaults:
@@ -142,11 +144,17 @@ class VirtualFaults:
         """Round ``rnd`` starts at virtual ``t`` and ends by ``t + horizon_s``: its round
         triggers fire, and the ``at_time_s`` triggers before ``t + horizon_s`` (counted
         in round ``rnd``, or the one before when already due); events up to ``t`` are
-        written (tagged with the previous round, as the chaos engine does)."""
+        written (tagged with the previous round, as the chaos engine does, except those
+        of a fault fired before round ``rnd``: they carry ``rnd``, the round it acts in)."""
         for i, f in enumerate(self.faults):
-            if f.at_round == rnd:
-                when = t + (f.delay_s if f.phase == "during" else 0.0)
-                self.fire(f, when, "schedule", rnd if f.phase == "during" else rnd - 1)
+            if f.at_round == rnd and f.phase == "during":
+                self.fire(f, t + f.delay_s, "schedule", rnd)
+            elif f.at_round == rnd:
+                self._acting = rnd
+                try:
+                    self.fire(f, t, "schedule", rnd - 1)
+                finally:
+                    self._acting = None
             elif f.at_time_s is not None and i not in self.fired and f.at_time_s < t + horizon_s:
                 self.fire(f, f.at_time_s, "schedule", rnd if f.at_time_s >= t else rnd - 1)
                 self.fired.add(i)
@@ -186,11 +194,12 @@ class VirtualFaults:
         due = sorted((p for p in self.pending if p.t <= t), key=lambda p: p.t)
         self.pending = [p for p in self.pending if p.t > t]
         for p in due:
-            self.tel.event(p.name, round=max(rnd, 0), node=p.node, virtual_t_s=p.t, **p.data)
+            r = p.round if p.round is not None else rnd
+            self.tel.event(p.name, round=max(r, 0), node=p.node, virtual_t_s=p.t, **p.data)
 
     def later(self, t: float, name: str, node: str | None, **data: Any) -> None:
         """An event at virtual ``t`` (written once the clock passes it)."""
-        self.pending.append(Pending(t, name, node, data))
+        self.pending.append(Pending(t, name, node, data, self._acting))
 
     # -- firing ----------------------------------------------------------------------
     def fire(self, f: FaultSpec, t: float, source: str, rnd: int) -> None:

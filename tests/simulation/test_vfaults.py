@@ -115,7 +115,7 @@ def test_crash_before_round_excludes_from_then_on(tmp_path: Path) -> None:
     st = play(clock, 5)
     assert [st[(r, "edge-2")] for r in range(1, 6)] == ["completed"] * 2 + ["excluded"] * 3
     downs = [e for e in events(tel) if e["name"] == "node_down"]
-    assert [(e["node"], e["round"]) for e in downs] == [("edge-2", 2)]  # as chaos tags it
+    assert [(e["node"], e["round"]) for e in downs] == [("edge-2", 3)]  # the round it acts in
 
 
 def test_crash_during_round_loses_the_exchange(tmp_path: Path) -> None:

@@ -400,9 +400,11 @@ class Controller:
             LaneNode(n.name, n.tier, {k: getattr(n.uplink, k, None) for k in LINK_KEYS})
             for n in plan.nodes
         ]
-        sections = sections_of_spec(self._spec_dict(run))
+        spec = self._spec_dict(run)
+        sections = sections_of_spec(spec)
+        specs = {s: (spec.get("workload") or {}).get(s) or {} for s in sections}
         return {
-            **run_timeline(self.store, run.run_id, sections, hosts, nodes),
+            **run_timeline(self.store, run.run_id, sections, hosts, nodes, specs),
             "backend": run.backend,
             "status": run.status,
             "cause": _cause_text(self.store, run),

@@ -44,6 +44,16 @@ def key_metrics(section: str) -> tuple[str, ...]:
     return tuple(getattr(cls, "key_metrics", ()))
 
 
+def key_bounds(section: str, spec: Mapping[str, Any]) -> dict[str, tuple[str, dict[str, float]]]:
+    """The bounds a registered workload puts on its key metrics, from its resolved
+    section ``spec``: metric -> (label, series -> upper bound); none: {}."""
+    from testbed.workloads import WORKLOADS, load_builtin
+
+    load_builtin()
+    hook = getattr(WORKLOADS[section], "key_bounds", None) if section in WORKLOADS else None
+    return dict(hook(spec)) if hook is not None else {}
+
+
 def _origin(events: list[EventRow], rows: list[WorkloadMetricRow]) -> float:
     ready = [e.ts for e in events if e.kind == "fleet_ready"]
     if ready:
@@ -94,11 +104,16 @@ def virtual_clock(rows: Sequence[WorkloadMetricRow], t0: float) -> VirtualOf | N
     return of
 
 
-def key_summary(metrics: Sequence[Mapping[str, Any]], tags: Sequence[Mapping[str, Any]]
-                ) -> list[dict[str, Any]]:  # fmt: skip
+def key_summary(
+    metrics: Sequence[Mapping[str, Any]], tags: Sequence[Mapping[str, Any]],
+    bounds: Mapping[str, Mapping[str, tuple[str, Mapping[str, float]]]] | None = None,
+) -> list[dict[str, Any]]:  # fmt: skip
     """Per (workload, key metric): rows, mean, p50, p95, last, and rows per second from
     the first row to the last (a per-request metric's throughput); ``kind``: measured /
-    modelled as the rows' tags say (None: not tagged)."""
+    modelled as the rows' tags say (None: not tagged); where the workload bounds the
+    metric (``bounds``: workload -> :func:`key_bounds`), ``bound`` (its label) and
+    ``within_bound_pct``: the share of rows with a bound (by their series, the row's
+    node) at or under it."""
     groups: dict[tuple[str, str], list[int]] = {}
     for i, m in enumerate(metrics):
         groups.setdefault((m["workload"], m["name"]), []).append(i)
@@ -116,8 +131,22 @@ def key_summary(metrics: Sequence[Mapping[str, Any]], tags: Sequence[Mapping[str
             "last": float(vals[-1]) if len(vals) else None,
             "per_s": (len(idx) - 1) / span if len(idx) > 1 and span > 0 else None,
             "kind": " + ".join(kinds) or None,
+            **_within(wl, name, [metrics[i] for i in idx], bounds or {}),
         })  # fmt: skip
     return out
+
+
+def _within(
+    wl: str, name: str, rows: Sequence[Mapping[str, Any]],
+    bounds: Mapping[str, Mapping[str, tuple[str, Mapping[str, float]]]],
+) -> dict[str, Any]:  # fmt: skip
+    """``bound`` and ``within_bound_pct`` of one key metric's rows (none: {})."""
+    if name not in bounds.get(wl, {}):
+        return {}
+    label, by_series = bounds[wl][name]
+    held = [r["value"] <= by_series[r["node"]] for r in rows
+            if r["node"] in by_series and r["value"] is not None]  # fmt: skip
+    return {"bound": label, "within_bound_pct": 100.0 * sum(held) / len(held) if held else None}
 
 
 def _ran(
@@ -138,6 +167,7 @@ def run_timeline(
     sections: list[str],
     hosts: dict[str, list[str]],
     nodes: Sequence[LaneNode] = (),
+    specs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The timeline of run ``run_id``.
 
@@ -153,6 +183,8 @@ def run_timeline(
         Node name -> the workloads the spec places on it.
     nodes : sequence of LaneNode
         The planned nodes (tier, planned link), one swimlane each.
+    specs : mapping, optional
+        Section -> its resolved spec (for the workload's :func:`key_bounds`).
 
     Returns
     -------
@@ -216,7 +248,9 @@ def run_timeline(
         "hosts": hosts,
         "ran": _ran(rows, sections, list(hosts) or [n.name for n in nodes]),
         "metrics": metrics,
-        "summary": key_summary(metrics, tags),
+        "summary": key_summary(
+            metrics, tags, {s: key_bounds(s, (specs or {}).get(s) or {}) for s in sections}
+        ),
         "events": drawn,
         "swimlanes": lanes,
     }

@@ -322,3 +322,18 @@ def test_timeline_of_a_failed_run_shows_its_cause(app: AppTest, controller: Cont
     at = open_timeline(app, run_id)
     errors = [str(e.value) for e in at.error]
     assert errors == ["cause: ValueError: no such dataset (node edge-1, logs/edge-1.log:12)"]
+
+
+def test_timeline_of_a_functions_run_shows_slo_attainment(
+    app: AppTest, controller: Controller
+) -> None:
+    from tests.ui.test_functions_page import seed_functions_run
+
+    store = RunStore(controller.store_root)
+    run_id = seed_functions_run(store, "gaia-a")
+    store.close()
+    at = open_timeline(app, run_id)
+    e2e = at.dataframe[0].value.set_index("metric").loc["e2e_ms"]
+    # matmul (SLO 30 ms in gaia.yaml): 5 of its 10 rows within; idle (SLO 80 ms): 10 of 10
+    assert e2e["rows"] == 20 and e2e["within SLO %"] == pytest.approx(75.0)
+    assert e2e["kind"] == "not tagged"

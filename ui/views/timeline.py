@@ -94,7 +94,8 @@ def summary_table(tl: dict[str, Any]) -> pd.DataFrame:
     rows = [
         {"workload": s["workload"], "metric": s["name"], "rows": s["rows"],
          "p50": s["p50"], "p95": s["p95"], "mean": s["mean"], "last": s["last"],
-         "rows/s (first to last row)": s["per_s"], "kind": s["kind"] or "not tagged"}
+         "rows/s (first to last row)": s["per_s"], "kind": s["kind"] or "not tagged",
+         **({f"within {s['bound']} %": s["within_bound_pct"]} if s.get("bound") else {})}
         for s in tl["summary"]
     ]  # fmt: skip
     return pd.DataFrame(rows)

@@ -319,6 +319,8 @@ class Controller:
         section = (spec.get("workload") or {}).get(kind) or {}
         ends = [e for e in self.store.events(run.run_id) if e[2] in ("round_end", "fleet_ready")]
         meta_path = Path(run.artifact_dir or "") / "meta.json"
+        # --backend simulation: its virtual clock (modelled) at the last round's end
+        vt = self.store.metrics(run.run_id, "virtual_time_s")
         return {
             **self.run_row(run),
             "summary": run.summary_dict,
@@ -326,6 +328,8 @@ class Controller:
             "rounds_total": workload(kind).rounds(section) if kind else None,
             "rounds_done": max((e[3] or 0 for e in ends if e[2] == "round_end"), default=0),
             "fleet_ready": any(e[2] == "fleet_ready" for e in ends),
+            "virtual_time_s": vt[-1].value if vt else None,
+            "virtual_round": vt[-1].round if vt else None,
         }
 
     def spec_text(self, run_id: str) -> str:
@@ -386,13 +390,25 @@ class Controller:
     def timeline(self, run_id: str) -> dict[str, Any]:
         """Every workload's key metric and every event of a run on one time axis, and
         the workloads each node hosts (:mod:`testbed.controller.timeline`)."""
+        from testbed.controller.lanes import LINK_KEYS, LaneNode
         from testbed.controller.timeline import run_timeline
 
         run = self._run(run_id)
         plan = self.plan_of(run)
         hosts = {n.name: list(n.workloads) for n in plan.nodes}
-        sections = sections_of_spec(self._spec_dict(run))
-        return run_timeline(self.store, run.run_id, sections, hosts)
+        nodes = [
+            LaneNode(n.name, n.tier, {k: getattr(n.uplink, k, None) for k in LINK_KEYS})
+            for n in plan.nodes
+        ]
+        spec = self._spec_dict(run)
+        sections = sections_of_spec(spec)
+        specs = {s: (spec.get("workload") or {}).get(s) or {} for s in sections}
+        return {
+            **run_timeline(self.store, run.run_id, sections, hosts, nodes, specs),
+            "backend": run.backend,
+            "status": run.status,
+            "cause": _cause_text(self.store, run),
+        }
 
     def metrics_csv(self, run_id: str) -> tuple[str, str]:
         run = self._run(run_id)

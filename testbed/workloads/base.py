@@ -226,7 +226,11 @@ class Workload(Protocol):
         Its dashboard page (None: the generic pages suffice).
 
     A class may also set ``key_metrics`` (a tuple of metric names): the Timeline page
-    draws those of its rows beside the other workloads' and the run's events. A fleet
+    draws those of its rows beside the other workloads' and the run's events; and
+    ``key_bounds(section) -> {metric: (label, {series: upper bound})}`` (a static
+    method of its resolved section): the Timeline's summary then gives the share of the
+    metric's rows within their series' bound (functions: ``e2e_ms`` within each
+    function's SLO). A fleet
     workload's section model derives from :class:`nodes.hosting.Hosted` (``nodes``,
     ``gpu_slots``) so that it can share a run with others; it gets its backend from
     ``ctx.make_backend()`` and its chaos engine from ``ctx.chaos_engine(backend)``.

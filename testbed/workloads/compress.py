@@ -16,6 +16,7 @@ class Compress(LibraryWorkload):
 
     spec_model = CompressSpec
     page = Page("screens/compression.py", "Compression", ":material/compress:", "compression")
+    key_metrics = ("ratio", "acc_after", "acc_finetuned")  # per eps (the Timeline draws these)
 
     def run(self, ctx: RunContext) -> dict[str, Any]:
         from nodes.compression.experiment import run_compress

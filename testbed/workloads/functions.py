@@ -5,6 +5,7 @@ nodes behind their links, open-loop load, the dynamic runtime
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,13 @@ class Functions(LibraryWorkload):
     spec_model = FunctionsSpec
     page = Page("screens/functions.py", "Functions", ":material/function:", "functions")
     key_metrics = ("e2e_ms", "request_error", "on_gpu")  # (the Timeline page draws these)
+
+    @staticmethod
+    def key_bounds(section: Mapping[str, Any]) -> dict[str, tuple[str, dict[str, float]]]:
+        """The Timeline's bound of a key metric: each function's end-to-end ms against
+        its ``slo_ms`` (rows of ``e2e_ms`` are per function: node = function name)."""
+        spec = FunctionsSpec.model_validate(section)
+        return {"e2e_ms": ("SLO", {f.name: f.slo_ms for f in spec.functions})}
 
     def run(self, ctx: RunContext) -> dict[str, Any]:
         from testbed.functions.experiment import run_functions

@@ -15,6 +15,9 @@ class LlmPipeline(LibraryWorkload):
     """``workload.llm_pipeline``: profile, partition, deploy stages, serve requests."""
 
     spec_model = LlmPipelineSpec
+    # per request: end-to-end and time to first token (ms), and failed attempts; the
+    # Timeline's summary gives their p50 / p95 and rows per second (the throughput)
+    key_metrics = ("llm_e2e_ms", "llm_ttft_ms", "llm_failed")
 
     def run(self, ctx: RunContext) -> dict[str, Any]:
         from testbed.llm.run import run_llm_pipeline

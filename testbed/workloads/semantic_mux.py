@@ -17,6 +17,8 @@ class SemanticMux(LibraryWorkload):
 
     spec_model = SemanticMuxSpec
     page = Page("screens/radio.py", "Radio", ":material/cell_tower:", "radio")
+    # per scheme, K and SNR: accuracy (measured), latency (modelled; the Timeline draws these)
+    key_metrics = ("mean_accuracy", "latency_s")
 
     def run(self, ctx: RunContext) -> dict[str, Any]:
         # imported by name: radio.experiment is not yet mypy-clean (12 errors there and in

@@ -93,7 +93,7 @@ def test_timeline_and_fleet_show_three_workloads(controller: Controller, dashboa
         wait_text(page, "outage for 4 s", 10)
         wait_text(page, "fl + functions", 10)  # edge-1 hosts both
         wait_text(page, "fl + functions + semantic_offload", 10)  # the fog hosts all three
-        # one chart per (workload, key metric) with rows, all drawn by Vega
+        # one chart per (workload, key metric) with rows, and the swimlanes, all by Vega
         for title in ("fl: global_acc", "fl: round_duration_s", "functions: e2e_ms",
                       "functions: request_error", "functions: on_gpu",
                       "semantic_offload: offload_e2e_ms",
@@ -101,10 +101,10 @@ def test_timeline_and_fleet_show_three_workloads(controller: Controller, dashboa
             wait_text(page, title, 10)
         charts = "[data-testid='stVegaLiteChart']"
         page.wait_for_function(
-            f"document.querySelectorAll(\"{charts} canvas, {charts} svg\").length >= 7",
+            f"document.querySelectorAll(\"{charts} canvas, {charts} svg\").length >= 8",
             timeout=30_000,
         )
-        assert page.evaluate(f"document.querySelectorAll(\"{charts}\").length") == 7
+        assert page.evaluate(f"document.querySelectorAll(\"{charts}\").length") == 8
         page.screenshot(path=ARTIFACTS / "timeline.png", full_page=True)
         page.goto(dashboard)  # the Fleet page is the main page; it picks the newest run
         labels_js = "Array.from(document.querySelectorAll('svg text')).map(t => t.textContent)"

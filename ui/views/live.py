@@ -37,6 +37,12 @@ def header(run_id: str, running: bool) -> None:
             + (f" · final global accuracy **{acc:.3f}**" if acc is not None else "")
             + (f" · {run['wall_s']:.0f} s" if run.get("wall_s") else "")
         )
+        if run.get("virtual_time_s") is not None:  # --backend simulation: its own clock
+            st.markdown(
+                f"virtual clock **{run['virtual_time_s']:.1f} s** (modelled) after round "
+                f"{run['virtual_round']} · backend `{run['backend']}` (the Timeline draws"
+                " this run on its virtual clock)"
+            )
         if run.get("cause"):  # a failed run: its first error, the node and log it came from
             st.error(f"cause: {run['cause']}", icon=":material/error:")
         if run["status"] == "running" and cols[1].button("Stop run", icon=":material/stop:"):

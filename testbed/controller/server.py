@@ -46,4 +46,6 @@ def serve(
 
     check_bind(host, token)
     app = create_app(store_root, experiments_dir, token=token or None)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    # ws="none": the API has no WebSocket routes, and uvicorn's websockets protocol
+    # imports deprecated modules that print a warning at the dashboard's start
+    uvicorn.run(app, host=host, port=port, log_level=log_level, ws="none")

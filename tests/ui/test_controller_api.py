@@ -221,3 +221,26 @@ def test_fleet_of_a_run_whose_spec_appears_after_the_first_request(controller: C
     assert r.status_code == 200, r.text
     assert {n["name"] for n in r.json()["nodes"]} >= {"edge-1", "edge-2", "edge-3", "fog"}
     store.close()
+
+
+def test_the_dashboard_starts_without_a_warning(tmp_path: Path) -> None:
+    """`testbed up` prints its two addresses and no warning (issue 31: Streamlit warned
+    that websockets 17 with this uvicorn can abort its stream handshake)."""
+    import signal
+
+    from testbed.procs import free_port, wait_port
+
+    api, ui = free_port(), free_port()
+    cmd = [sys.executable, "-m", "testbed", "up", "--out", str(tmp_path / "runs"),
+           "--port", str(api), "--ui-port", str(ui)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        wait_port(ui, 90)
+        time.sleep(2.0)  # (Streamlit logs its start-up checks as it begins serving)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    assert f"dashboard  http://127.0.0.1:{ui}" in out, out
+    noise = [line for line in out.splitlines() if "arn" in line or "Upgrade" in line]
+    assert noise == [], out

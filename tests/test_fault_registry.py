@@ -247,3 +247,19 @@ def test_statuses_of_a_run_that_ended_after_round_2_of_5(tmp_path: Path) -> None
         (2, "node-99"): ("late", ""),
         (3, "edge-1"): ("failed", "no reply"),
     }
+
+
+def test_a_degrade_takes_every_link_field_with_the_spec_links_bounds() -> None:
+    """The link's fields are declared once: a degrade's parameters are every field of
+    ``LinkParams`` (but the partition, a fault of its own) with the spec link's bounds."""
+    from testbed.emulation.link import LinkParams
+    from testbed.faults.link import DegradeParams
+
+    assert set(DegradeParams.model_fields) - {"duration_s"} == (
+        set(LinkParams.field_names()) - {"partitioned"}
+    )
+    for bad in ({"bandwidth_mbps": 0}, {"latency_ms": -1}, {"loss_pct": 100}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            DegradeParams.model_validate(bad)
+    ok = DegradeParams.model_validate({"loss_pct": 2.5, "duration_s": 3})
+    assert ok.changes() == {"loss_pct": 2.5}  # type: ignore[attr-defined]

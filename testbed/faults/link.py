@@ -7,12 +7,14 @@ simulation's virtual clock they change the client's modelled link for a while.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
-from pydantic import Field, model_validator
+from pydantic import Field, create_model, model_validator
+from pydantic.fields import FieldInfo
 
 from testbed.emulation.link import LinkParams
 from testbed.faults.base import FaultContext, FaultKind, FaultParams, register_fault
+from testbed.spec.models import LinkState
 
 if TYPE_CHECKING:
     from testbed.emulation.link import Link
@@ -35,24 +37,34 @@ class PartitionParams(FaultParams):
     duration_s: float = Field(gt=0, description="seconds the link stays cut")
 
 
-class DegradeParams(FaultParams):
+class _Degrade(FaultParams):
     """New link properties, for a while or for good."""
 
-    bandwidth_mbps: float | None = Field(None, gt=0, description="new bandwidth, Mbit/s")
-    latency_ms: float | None = Field(None, ge=0, description="new one-way latency, ms")
-    jitter_ms: float | None = Field(None, ge=0, description="new jitter, ms")
-    loss_pct: float | None = Field(None, ge=0, lt=100, description="new loss, percent")
     duration_s: float | None = Field(None, gt=0, description="seconds before the link is restored")
 
     @model_validator(mode="after")
-    def _some_change(self) -> DegradeParams:
+    def _some_change(self) -> _Degrade:
         if not self.changes():
             raise ValueError(f"a degrade fault needs one of {', '.join(LINK_KEYS)}")
         return self
 
     def changes(self) -> dict[str, float]:
         """The link properties the fault sets."""
-        return {k: getattr(self, k) for k in LINK_KEYS if getattr(self, k) is not None}
+        values = {k: getattr(self, k) for k in LINK_KEYS}
+        return {k: v for k, v in values.items() if v is not None}
+
+
+def _new_value(name: str) -> tuple[Any, Any]:
+    """A degrade's ``name``: the spec link's field with its bounds, unset by default."""
+    field = LinkState.model_fields[name]
+    info = FieldInfo.merge_field_infos(field, default=None, description=f"new {name}")
+    return Optional[field.annotation], info  # noqa: UP045  (a runtime type expression)
+
+
+#: A degrade's parameters: every link property (the spec link's fields and bounds, so
+#: the list of link fields is declared once) as an optional new value, and duration_s.
+_NEW: dict[str, Any] = {k: _new_value(k) for k in LINK_KEYS}
+DegradeParams = create_model("DegradeParams", __base__=_Degrade, __module__=__name__, **_NEW)
 
 
 @register_fault("partition")

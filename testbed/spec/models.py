@@ -50,7 +50,7 @@ class LinkState(Frozen):
     bandwidth_mbps: float | None = Field(None, gt=0, description="None = unlimited")
     latency_ms: float = Field(0.0, ge=0)
     jitter_ms: float = Field(0.0, ge=0)
-    loss_pct: float = Field(0.0, ge=0, le=100)
+    loss_pct: float = Field(0.0, ge=0, lt=100, description="percent (100: use a partition)")
     partitioned: bool = False
 
     def params(self) -> LinkParams:

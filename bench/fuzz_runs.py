@@ -110,15 +110,15 @@ def _small_fleet(rng: random.Random, nodes: list[dict[str, Any]]) -> list[dict[s
     clients = [dict(n) for n in nodes if n is not server]
     rng.shuffle(clients)
     want, out = rng.randint(2, 4), [dict(server)]
-    for entry in clients:
+    for i, entry in enumerate(clients):
         if want <= 0:
             break
         count = int(entry.get("count", 1))
         if entry.get("tier") == "space":  # the space section names these nodes: as they are
             if count > want:
                 continue
-        else:
-            entry["count"] = count = rng.randint(1, min(want, count + 1))
+        else:  # the last entry takes what is left
+            entry["count"] = count = want if i == len(clients) - 1 else rng.randint(1, want)
         if rng.random() < 0.5:
             entry["profile"] = rng.choice(sorted(CATALOG))
         want -= count

@@ -34,10 +34,13 @@ JSON line; exits 1 if a goal is missed. Cases are reproducible from ``--seed``
 
     python bench/fuzz_runs.py --local 200 --simulation 50 --seed 1 --out /tmp/fuzz
 
-Cost, measured on this 2-core machine under load 6-13 (other engineers' runs): a
-local case takes about 45-70 s (fleet start 20-40 s, one round, teardown), a refused
-case 3-5 s, a simulation case about 60 s (Ray start included); the full run
-(200 local + 50 simulation) takes about 4-5 hours.
+Cost, measured on this 2-core machine under load 10-16 (other engineers' fleets beside
+it; seed 1, 12 local + 3 simulation cases): a local case took 23-110 s (mean 52 s: fleet
+start, one round, teardown; the longest ones with node faults whose nodes missed the
+round and a 30 s deadline), a simulation case 19-30 s (mean 25 s, Ray start included), a
+refused case a few seconds. The full run (200 local + 50 simulation) therefore takes
+about 200 x 52 s + 50 x 25 s = 3.2 hours (up to about 6.5 hours if every local case were
+as slow as the slowest); on an idle machine less.
 """
 
 from __future__ import annotations

@@ -313,9 +313,12 @@ def _prewarm(ready_file: str | None, limits: dict[str, str] | None = None) -> No
             task.train(build_model("cnn", (1, 8, 8), 10), data, FLSpec(optimizer=opt), 0)
         _WARM.append(True)
 
-    if ready_file:
-        Path(ready_file).parent.mkdir(parents=True, exist_ok=True)
-        Path(ready_file).write_text(json.dumps({"pid": os.getpid(), "limits": limits or {}}))
+    if ready_file:  # whole or absent: the backend reads it as soon as it exists
+        path = Path(ready_file)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"pid": os.getpid(), "limits": limits or {}}))
+        os.replace(tmp, path)
 
 
 def fork_supernode(cmd: list[str], notify_fd: int | None = None) -> subprocess.Popen[bytes]:

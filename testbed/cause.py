@@ -9,7 +9,8 @@ where the ServerApp's traceback lands; ``simulation.log``), the store's ``error`
 1. the first Python traceback in a log: its exception line (``ValueError: ...``) and
    the deepest frame (``File "...", line N, in f``);
 2. the runner's own error (an ``error`` event, else the summary's ``reason``);
-3. the first ``ERROR``/``CRITICAL`` log line, or a bare ``SomethingError: ...`` line.
+3. the first ``ERROR``/``CRITICAL`` log line, a bare ``SomethingError: ...`` line, or
+   the error panel of Flower's CLI (``flwr run`` refused: ``╭─ Error ─╮ │ ... │``).
 
 Logs are read in a fixed order: ``flwr-run.log`` (the ServerApp drives an FL run),
 ``simulation.log``, then each other log by name (nodes), then the run folder's own
@@ -43,6 +44,8 @@ MAX_LOG_BYTES = 8_000_000
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _STAMP = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?\s+")
 _TRACEBACK = "Traceback (most recent call last):"
+#: How Flower's CLI (rich) opens an error panel: ``╭─ Error ───…╮``.
+_PANEL = "╭─ Error"
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$')
 #: The last line of a traceback: ``pkg.mod.SomeError: message`` (or a bare name).
 _EXCEPTION = re.compile(
@@ -148,10 +151,35 @@ def _frame(line: str) -> str | None:
     return f"{path}:{no} in {fn.strip()}"
 
 
+def _panel(lines: list[str], start: int) -> str | None:
+    """The text of the error panel that Flower's CLI (``flwr run``: rich) draws from
+    line ``start`` (``╭─ Error ─…╮``, ``│ text │`` lines, ``╰─…╯``), else None."""
+    if not _clean(lines[start]).startswith(_PANEL):
+        return None
+    words = []
+    for raw in lines[start + 1 :]:
+        text = _clean(raw)
+        if not text.startswith("│"):
+            break
+        words.append(text.strip("│ "))
+    return f"Error: {' '.join(w for w in words if w)}" if any(words) else None
+
+
+def _first_error_line(lines: list[str], no: int) -> _Hit | None:
+    """Line ``no`` (1-based) as an error line (level ERROR/CRITICAL, a bare exception
+    line, or the start of Flower's CLI error panel), else None."""
+    text = _clean(lines[no - 1])
+    if ((m := _LEVEL.match(text)) and m.group(1)) or (_EXCEPTION.match(text) and ":" in text):
+        return _Hit(ERROR_LINE, _cut(text), no)
+    panel = _panel(lines, no - 1)
+    return _Hit(ERROR_LINE, _cut(panel), no) if panel else None
+
+
 def scan_log(lines: Iterable[str]) -> _Hit | None:
     """The first error of one log: the first traceback's exception line (with its
     deepest frame, preferring the project's own over installed packages'), else its
-    first ERROR line or bare exception line."""
+    first ERROR line, bare exception line or Flower CLI error panel."""
+    lines = list(lines)
     fallback: _Hit | None = None
     in_tb, frame, own = False, None, None  # deepest frame; deepest outside site-packages
     for no, raw in enumerate(lines, 1):
@@ -159,10 +187,8 @@ def scan_log(lines: Iterable[str]) -> _Hit | None:
         if not in_tb:
             if text.endswith(_TRACEBACK):
                 in_tb, frame, own = True, None, None
-            elif fallback is None and (m := _LEVEL.match(text)) and m.group(1):
-                fallback = _Hit(ERROR_LINE, _cut(text), no)
-            elif fallback is None and _EXCEPTION.match(text) and ":" in text:
-                fallback = _Hit(ERROR_LINE, _cut(text), no)
+            elif fallback is None:
+                fallback = _first_error_line(lines, no)
             continue
         if (f := _frame(raw.strip())) is not None:
             frame, own = f, (own if f.startswith("site-packages/") else f)

@@ -45,3 +45,31 @@ def test_a_node_counts_as_registered_once_its_supernode_logged_its_id(tmp_path: 
     assert backend.registered() == {"edge-1", "edge-2"}
     assert backend.registered(["edge-1", "edge-3"]) == {"edge-1"}  # (only those asked)
     assert set(backend.node_ids().values()) == {"edge-1", "edge-2"}
+
+
+def test_a_ready_file_appears_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backend reads a node's ready file as soon as it exists (``node_limits``); a
+    file created empty and written after failed a run under load 15 with
+    ``JSONDecodeError`` (a reproduction of soak round 14, issue 31). It is written
+    aside and renamed into place. Mutation tried: ``write_text`` straight to the path
+    (no rename: the check below never runs)."""
+    import json
+    import os
+
+    import nodes.agent as agent
+
+    monkeypatch.setattr(agent, "_WARM", [True])  # warm already (a zygote's fork)
+    ready = tmp_path / "nodes" / "edge-1" / "ready"
+    seen: list[dict[str, object]] = []
+    replace = os.replace
+
+    def watched(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        assert Path(dst) == ready and not ready.exists()  # absent until whole
+        seen.append(json.loads(Path(src).read_text()))
+        replace(src, dst)
+
+    monkeypatch.setattr(agent.os, "replace", watched)
+    agent._prewarm(str(ready), {"memory": "cap"})
+    assert seen == [{"pid": os.getpid(), "limits": {"memory": "cap"}}]
+    assert json.loads(ready.read_text()) == seen[0]
+    assert [p.name for p in ready.parent.iterdir()] == ["ready"]  # no temporary left

@@ -22,6 +22,7 @@ from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
 
 from nodes.fl import packing, task
 from nodes.fl.checkpoint import ResumedRounds, load_checkpoint, save_checkpoint
+from nodes.fl.deadline import bound_pulls_by_deadline
 from nodes.fl.late import StalePolicy
 from nodes.fl.recording import RecordingStrategy
 from nodes.fl.strategies import STRATEGIES, constructor_args
@@ -101,6 +102,7 @@ def main(grid: Grid, context: Context) -> None:
     shapes = packing.layout(ArrayRecord(model.state_dict()))
     if spec.protocol_timing == "fast" and shapes is not None:  # one array per model sent
         packing.pack_grid(grid, shapes)
+    bound_pulls_by_deadline(grid)  # a round ends at its deadline, whatever the faults
     strategy = _recording_strategy(spec, tel, names, model, splits)
 
     # Start with the whole fleet, then carry on with whoever answers (survivors).

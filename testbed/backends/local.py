@@ -42,6 +42,8 @@ SUPEREXEC_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"  # Flower's own setting
 FAST_SUPEREXEC_POLL_S = 0.1  # its value in ``fast`` protocol timing
 REGISTER_TIMEOUT_S = 30.0  # the longest start() waits for the nodes to register, s
 START_POLL_S = 0.02  # start() checks for warm and registered nodes this often, s
+RESTARTED = "superlink restarted"  # what the server's agent logs once it started it again
+RESTART_TIMEOUT_S = 60.0  # the longest restart_superlink() waits for the SuperLink, s
 SUPERNODE_ID = re.compile(r"SuperNode ID: (\d+)")  # a SuperNode's registration, logged
 
 
@@ -534,7 +536,8 @@ class LocalBackend(Backend):
         return out
 
     def restart_superlink(self) -> None:
-        """SIGKILL the SuperLink and start it again (same port, same state database).
+        """SIGKILL the SuperLink and start it again (same port, same state database);
+        return once the new SuperLink listens.
 
         The node agent does it on SIGUSR1; its SuperExec and the ServerApp survive.
         RuntimeError (a live injection is then rejected) when the SuperLink keeps its
@@ -546,8 +549,20 @@ class LocalBackend(Backend):
                 "superlink-restart planned in faults:), a restart would lose the run; "
                 "plan one in the spec's faults to keep the state on disk"
             )
-        os.kill(self.procs.procs[self.plan.server.name].pid, signal.SIGUSR1)
+        server = self.plan.server.name
+        before = self._log_text(server).count(RESTARTED)
+        os.kill(self.procs.procs[server].pid, signal.SIGUSR1)
         self.superlink_restarts += 1
+        # back before returning: a `flwr run` submitted in between (a restart "before
+        # round 1" fires as the fleet is ready) found no SuperLink and the run failed
+        deadline = time.monotonic() + RESTART_TIMEOUT_S
+        while self._log_text(server).count(RESTARTED) <= before:
+            if time.monotonic() > deadline or self.procs.procs[server].poll() is not None:
+                raise RuntimeError(
+                    f"superlink-restart: the SuperLink did not restart (see logs/{server}.log)"
+                )
+            time.sleep(START_POLL_S)
+        wait_port(int(self.superlink_port or 0), RESTART_TIMEOUT_S, netns=self.netns)
 
     def attach(self, flwr_run_id: int) -> Popen:
         """Stream a submitted run's logs again (after the SuperLink came back)."""

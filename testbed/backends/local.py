@@ -116,8 +116,11 @@ class LocalBackend(Backend):
     @classmethod
     def preflight(cls, experiments: Sequence[Experiment]) -> None:
         """The declarations (:meth:`Backend.preflight`), then: netem links (``links.mode``
-        or a link's ``kind``) need root here (:attr:`netem_needs_root`)."""
+        or a link's ``kind``) need root here (:attr:`netem_needs_root`), and a link of
+        kind netem needs the run's namespaces (``links.mode: netem``)."""
         super().preflight(experiments)
+        for exp in experiments:
+            cls._check_netem_per_link(exp)
         if not cls.netem_needs_root or os.geteuid() == 0:
             return
         for exp in experiments:
@@ -135,6 +138,22 @@ class LocalBackend(Backend):
                     f"{where}: netem links on --backend {cls.name} need root "
                     "(CAP_NET_ADMIN); use proxy"
                 )
+
+    @classmethod
+    def _check_netem_per_link(cls, exp: Experiment) -> None:
+        """A netem link puts its node in a network namespace that reaches the SuperLink
+        in the run's server namespace, which only ``links.mode: netem`` creates: under
+        another mode such a node never listens where the fleet waits for it."""
+        if exp.links.mode in ("netem", "none"):
+            return
+        for group, links in (("defaults", exp.links.defaults), ("nodes", exp.links.nodes)):
+            for k, link in links.items():
+                if link.kind == "netem":
+                    raise NotSupported(
+                        f"links.{group}.{k}.kind: a netem link needs links.mode: netem "
+                        f"on --backend {cls.name} (the run's network namespaces); set "
+                        f"links.mode: netem, or use kind: proxy for this link"
+                    )
 
     def _node_cmd(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "nodes", *args]

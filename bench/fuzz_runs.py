@@ -66,11 +66,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from soak import PARAMS  # noqa: E402  (short parameters for every fault kind)
 
-from nodes.data.datasets import DATASETS  # noqa: E402
+from nodes.data.datasets import DATASETS, VECTOR_DATASETS  # noqa: E402
 from nodes.data.partition import PARTITIONERS  # noqa: E402
 from nodes.fl.config import DatasetSpec  # noqa: E402
 from nodes.fl.strategies import STRATEGIES  # noqa: E402
-from nodes.models import MODELS  # noqa: E402
+from nodes.models import IMAGE_MODELS, MODELS  # noqa: E402
 from testbed.cause import failure_cause  # noqa: E402
 from testbed.emulation.kinds import LINK_KINDS  # noqa: E402
 from testbed.faults import FAULT_KINDS  # noqa: E402
@@ -187,6 +187,9 @@ def mutate(rng: random.Random, name: str, doc: dict[str, Any]) -> dict[str, Any]
         fl["dataset"] = {"name": rng.choice(pathless_datasets())}
     if rng.random() < 0.3:
         fl["model"] = {"name": rng.choice(sorted(MODELS))}
+    vectors = fl.get("dataset", {}).get("name") in VECTOR_DATASETS
+    if vectors and fl.get("model", {}).get("name", "cnn") in IMAGE_MODELS and rng.random() < 0.9:
+        fl["model"] = {"name": "mlp"}  # (mostly runs; the rest checks the refusal)
     if rng.random() < 0.3:
         fl["strategy"] = {"name": rng.choice(sorted(STRATEGIES))}
     if rng.random() < 0.3:

@@ -155,3 +155,17 @@ def test_reference_yaml_shows_every_key(root: Path) -> None:
             assert kind in text, f"fault kind {kind!r} not named in reference.yaml"
     missing = sorted(n for n in names if f"{n}:" not in text)
     assert missing == [], f"keys not shown in reference.yaml: {missing}"
+
+
+def test_what_would_fail_inside_flower_is_refused_at_load() -> None:
+    """Two mistakes bench/fuzz_runs.py found failing only in the ServerApp, after the
+    fleet started: a conv model on feature vectors, a strategy whose paper needs more
+    clients than the fleet has."""
+    cnn = GOOD.replace("  fl: {rounds: 2}", "  fl: {rounds: 2, dataset: {name: synthetic}}")
+    ((_, path, msg),) = problems(cnn)  # (the model's default is cnn)
+    assert path == "workload.fl" and "'cnn' needs images" in msg and "'synthetic'" in msg
+    parse_spec(cnn.replace("{rounds: 2,", "{rounds: 2, model: {name: mlp},"))
+    bulyan = GOOD.replace("  fl: {rounds: 2}", "  fl: {rounds: 2, strategy: {name: bulyan}}")
+    ((line, path, msg),) = problems(bulyan)
+    assert path == "workload.fl.strategy" and "needs at least 4*f+3 = 3" in msg
+    assert "the fleet has 2" in msg and line == 13

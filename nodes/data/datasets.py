@@ -70,6 +70,10 @@ def _digits_file() -> Path | None:
     return None
 
 
+#: Built-in datasets whose samples are feature vectors, not images (no conv model).
+VECTOR_DATASETS = frozenset({"synthetic"})
+
+
 @register_dataset("digits")
 def load_digits(**_: object) -> Dataset:
     """scikit-learn's 8x8 handwritten digits (1,797 images, 10 classes), scaled to [0, 1].

@@ -238,3 +238,17 @@ class FLSpec(Hosted):
 
             check_app(self.app, self.app_config)
         return self
+
+    @model_validator(mode="after")
+    def _model_fits_data(self) -> FLSpec:
+        """A model that needs images is refused for a dataset of feature vectors (it
+        would fail in the ServerApp, after the fleet started)."""
+        from nodes.data.datasets import VECTOR_DATASETS
+        from nodes.models import IMAGE_MODELS
+
+        if self.model.name in IMAGE_MODELS and self.dataset.name in VECTOR_DATASETS:
+            raise ValueError(
+                f"model: {self.model.name!r} needs images; dataset {self.dataset.name!r} "
+                f"gives feature vectors: use model 'mlp' or an image dataset"
+            )
+        return self

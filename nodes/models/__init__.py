@@ -17,6 +17,10 @@ MODELS: Registry[Callable[..., Any]] = Registry(
 register_model = MODELS.register
 
 
+#: Built-in models that need image input ``(C, H, W)``.
+IMAGE_MODELS = frozenset({"cnn"})
+
+
 @register_model("cnn")
 def cnn(input_shape: tuple[int, ...], num_classes: int, width: int = 16, **_: object) -> Any:
     """Two 3x3 conv layers (width, 2*width), 2x2 max-pool, adaptive pool to 4x4, two FC.

@@ -522,6 +522,12 @@ class Experiment(Frozen):
             )
         if not any(n.fl_role == "client" for n in fleet.nodes):
             errors.append("fleet.nodes: an fl workload needs at least one client node")
+        fl = self.workload.fl
+        if fl.app is None:  # the strategy's own assumptions on the fleet (Krum, Bulyan)
+            from nodes.fl.strategies import assumption_errors
+
+            clients = sum(len(n.names()) for n in fleet.nodes if n.fl_role == "client")
+            errors += assumption_errors(fl.strategy.name, fl.strategy.params, clients)
         return errors
 
     def _radio_errors(self) -> list[str]:

@@ -155,7 +155,7 @@ def _links(rng: random.Random, doc: dict[str, Any], names: list[str]) -> None:
 def _faults(rng: random.Random, names: list[str]) -> list[dict[str, Any]]:
     out = []
     for _ in range(rng.randint(0, 2)):
-        kind = rng.choice(sorted(FAULT_KINDS))
+        kind = rng.choice(sorted(PARAMS))  # the built-in kinds (soak's parameters)
         fault: dict[str, Any] = {"kind": kind, "at_round": 1}
         if FAULT_KINDS[kind].target != "server":
             fault["node"] = rng.choice(names)

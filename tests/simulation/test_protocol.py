@@ -8,9 +8,6 @@ from testbed.emulation.link import LinkParams
 from testbed.simulation.clock import ClientModel, VirtualClock
 from testbed.simulation.config import SimulationSpec
 from testbed.simulation.protocol import (
-    FLOW_WINDOW_BYTES,
-    LATENCY_LEGS,
-    STARTUP_LATENCY_LEGS,
     ProtocolModel,
     server_queue_end,
     window_stall_s,
@@ -19,6 +16,11 @@ from testbed.simulation.protocol import (
 #: float arithmetic only
 TOL_S = 1e-9
 W = 65_535
+#: HTTP/2's initial flow-control window, bytes (RFC 9113, 6.9.2: 2^16 - 1), gRPC's
+HTTP2_INITIAL_WINDOW = 2**16 - 1
+#: "five replies arriving together leave ~0.2 s more constant part than a slowest reply
+#: arriving alone" (docs/results/calibration.md, read off the runs), seconds
+FIVE_TOGETHER_EXTRA_S = 0.2
 
 
 def test_window_stall_is_a_round_trip_less_the_windows_own_send_time() -> None:
@@ -63,8 +65,16 @@ def test_the_clock_adds_latency_legs_and_window_waits_to_an_exchange() -> None:
 
 def test_runs_take_the_counted_defaults_and_a_spec_can_turn_them_off() -> None:
     sim = SimulationSpec()
-    assert (sim.latency_legs, sim.startup_latency_legs) == (LATENCY_LEGS, STARTUP_LATENCY_LEGS)
-    assert sim.flow_window_bytes == FLOW_WINDOW_BYTES and sim.server_reply_s > 0
+    # counted from Flower 1.41's request sequence, independently of the constants: the
+    # pull that finds the message (2), the object pull's request (1),
+    # ConfirmMessageReceived (2), PushMessages (2); GetRun and GetFab (a round trip each)
+    assert sim.latency_legs == 2 + 1 + 2 + 2
+    assert sim.startup_latency_legs == 2 * 2
+    assert sim.flow_window_bytes == HTTP2_INITIAL_WINDOW
+    # the per-reply work is what the runs showed: 5 replies together end ~0.2 s later
+    reply = sim.server_reply_s
+    extra = server_queue_end([1.0] * 5, reply) - server_queue_end([1.0], reply)
+    assert extra == pytest.approx(FIVE_TOGETHER_EXTRA_S, abs=TOL_S)
     off = SimulationSpec.model_validate(
         {
             "latency_legs": 0,

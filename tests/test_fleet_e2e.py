@@ -94,7 +94,13 @@ def assert_fast_rounds(store: RunStore, run_id: str) -> None:
 
 @pytest.mark.slow
 def test_teardown_on_error(tmp_path: Path) -> None:
-    extra = "    dataset: {name: npz, path: /nonexistent/data.npz}\n"
+    """A run that fails inside the fleet is torn down (its dataset passes validate, an
+    .npz that lists x and y, but holds pickled objects Flower's ServerApp cannot load)."""
+    import numpy as np
+
+    bad = tmp_path / "objects.npz"
+    np.savez(bad, x=np.array([{"a": 1}], dtype=object), y=np.array([0]))
+    extra = f"    dataset: {{name: npz, path: {bad}}}\n"
     store = RunStore(tmp_path)
     res = run_experiment(parse_spec(fleet_yaml(2, 2, extra)), store, spec_path="inline")
     assert res.status == "failed"

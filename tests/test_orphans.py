@@ -15,6 +15,7 @@ import signal
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from testbed.emulation.netem import support
@@ -40,16 +41,17 @@ STATUS = {
 NETEM = support()["ok"]
 
 
-def spec(i: int, ending: str) -> str:
+def spec(i: int, ending: str, objects_npz: Path) -> str:
     """The fastest real fleets: 1 server + 2 clients, 1 round of 1 epoch; links
     alternate proxy / none / netem (where the kernel allows); errors alternate a crash of
-    the ServerApp (a missing data file) and nodes that die while starting (64 MB)."""
+    the ServerApp (a data file that validates but holds pickled objects, which it cannot
+    load) and nodes that die while starting (64 MB)."""
     modes = ["proxy", "none"] + (["netem"] if NETEM else [])
     mode = modes[i % len(modes)]
     fl = "{rounds: 1, local_epochs: 1, round_timeout_s: 30}"
     profile = "rpi5"
     if ending == "error" and (i // len(ENDINGS)) % 2 == 0:
-        fl = "{rounds: 1, local_epochs: 1, dataset: {name: npz, path: /nonexistent/d.npz}}"
+        fl = f"{{rounds: 1, local_epochs: 1, dataset: {{name: npz, path: {objects_npz}}}}}"
     elif ending == "error":
         profile = "tiny"
     return f"""\
@@ -73,7 +75,10 @@ def one_run(tmp_path: Path, i: int) -> dict[str, object]:
     ending = ENDINGS[i % len(ENDINGS)]
     out = tmp_path / f"r{i}"
     file = tmp_path / f"orphans-{i}.yaml"
-    file.write_text(spec(i, ending))
+    objects = tmp_path / "objects.npz"
+    if not objects.exists():
+        np.savez(objects, x=np.array([{"a": 1}], dtype=object), y=np.array([0]))
+    file.write_text(spec(i, ending, objects))
     ns0, cg0 = netns(), node_cgroups()
     t0 = time.monotonic()
     proc = cli(out, "run", str(file))

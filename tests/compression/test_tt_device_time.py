@@ -77,7 +77,7 @@ def test_tt_svd_time_is_stretched_into_the_device_time(backend: str) -> None:
     assert slow["tt-device-s"] >= slow["tt-encode-cpu-s"] / SLOW - STRETCH_ABS_S, slow
     assert slow["tt-device-s"] <= (1 + STRETCH_TOL) * slow["measured-wall-s"]
     # a node as fast as this host waits for nothing: its device time is its wall time
-    assert fast["tt-device-s"] == fast["tt-encode-s"], fast
+    assert fast["tt-device-s"] == pytest.approx(fast["tt-encode-s"], abs=STRETCH_ABS_S), fast
     # the same model and update: the same SVDs, so the same modelled engine time
     assert slow["tt-engine-modelled-s"] == pytest.approx(fast["tt-engine-modelled-s"], rel=0.5)
 

@@ -377,24 +377,9 @@ class DockerBackend(LocalBackend):
     def start_services(
         self, commands: Mapping[str, list[str]], ports: Mapping[str, int], timeout_s: float = 60.0
     ) -> dict[str, int]:
-        """Start nodes that run a workload's own server (the functions runtime), one
-        container each with its profile's limits, each behind its link as locally.
-
-        Parameters
-        ----------
-        commands : Mapping[str, list[str]]
-            Node name -> the command of its server (this interpreter's ``python -m ...``
-            becomes the image's ``python -m ...``).
-        ports : Mapping[str, int]
-            Node name -> the 127.0.0.1 port its server listens on (host network).
-        timeout_s : float
-            How long a server may take to listen, s.
-
-        Returns
-        -------
-        dict[str, int]
-            Node name -> the 127.0.0.1 port that reaches it through its link.
-        """
+        """:meth:`Backend.start_services` in containers: one per node with its
+        profile's limits (host network), each behind its link as locally; this
+        interpreter's ``python -m ...`` becomes the image's."""
         check_image(self.client, self.image)
         self._catch_sigterm()
         planned = {n.name: n for n in self.plan.nodes}

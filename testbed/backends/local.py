@@ -410,24 +410,9 @@ class LocalBackend(Backend):
     def start_services(
         self, commands: Mapping[str, list[str]], ports: Mapping[str, int], timeout_s: float = 60.0
     ) -> dict[str, int]:
-        """Start nodes that run a workload's own server instead of a SuperNode
-        (the functions runtime), each behind its link unless ``links.mode`` is ``none``.
-
-        Parameters
-        ----------
-        commands : Mapping[str, list[str]]
-            Node name -> the command of its server (restarted as is by ``node().start``).
-        ports : Mapping[str, int]
-            Node name -> the 127.0.0.1 port its server listens on.
-        timeout_s : float
-            How long a server may take to listen, s.
-
-        Returns
-        -------
-        dict[str, int]
-            Node name -> the 127.0.0.1 port that reaches it through its link (a shaping
-            proxy relaying to the server; the server's own port without links).
-        """
+        """:meth:`Backend.start_services` as local processes: each server is restarted
+        as is by ``node().start``; without links (``links.mode: none``) the port
+        returned is the server's own."""
         keys = {}
         for name, cmd in commands.items():
             keys[name] = key = self._service_key(name)

@@ -124,6 +124,11 @@ class Registry(Generic[T]):
 
         return deco
 
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` (a test's own hook, so it does not leak into later tests)."""
+        self._items.pop(name, None)
+        self._paths.pop(name, None)
+
     def add_path(self, name: str, path: str) -> None:
         """Register ``name`` as the hook at dotted ``path``, imported when first used."""
         if not is_dotted_path(path):

@@ -435,13 +435,15 @@ class Controller:
     def fault_schema() -> dict[str, Any]:
         """Fault kinds and their parameters, from the registry (``testbed.faults``).
 
-        ``kinds``: the registered names, sorted; ``details``: per kind its ``label``,
-        ``marker``, ``target`` (node, link or server), ``effects`` (event names),
-        ``params`` (JSON schema of each parameter) and ``required`` parameters.
+        ``kinds``: the names a live injection may use (kinds with a live action), sorted;
+        ``details``: per registered kind its ``label``, ``marker``, ``target`` (node,
+        link or server), ``effects`` (event names), ``live``, ``simulated``, ``params``
+        (JSON schema of each parameter) and ``required`` parameters.
         """
-        from testbed.faults import FAULT_KINDS, schema
+        from testbed.faults import schema
 
-        return {"kinds": sorted(FAULT_KINDS), "details": schema()}
+        details = schema()
+        return {"kinds": sorted(k for k, d in details.items() if d["live"]), "details": details}
 
     def inject(self, run_id: str, fault: dict[str, Any]) -> dict[str, Any]:
         """Queue a live fault (applied now by the run's chaos engine); return its id."""
@@ -462,6 +464,11 @@ class Controller:
                 for x in e.errors()
             ]
             raise UserError(422, "invalid fault", msgs) from None
+        from testbed.faults import FAULT_KINDS
+
+        if not FAULT_KINDS[spec["kind"]].live():
+            msg = f"fault kind {spec['kind']!r} has no live action (only a planned, simulated one)"
+            raise UserError(422, "invalid fault", [{"path": "kind", "line": 0, "message": msg}])
         names = {n.name for n in self.plan_of(run).clients}
         ids = {n.rsplit("-", 1)[0] for n in names}
         node = spec.get("node")

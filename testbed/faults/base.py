@@ -129,6 +129,12 @@ class FaultKind:
         raise NotImplementedError(f"fault kind {self.name!r}: {self.not_simulated}")
 
     @classmethod
+    def live(cls) -> bool:
+        """Whether the kind acts on a running fleet (overrides :meth:`apply`): only those
+        are offered for live injection (``GET /faults``, the dashboard's Chaos page)."""
+        return cls.apply is not FaultKind.apply
+
+    @classmethod
     def simulated(cls) -> bool:
         """Whether the kind has an effect on the virtual clock (overrides
         :meth:`apply_virtual`)."""
@@ -144,6 +150,7 @@ class FaultKind:
             "target": cls.target,
             "effects": list(cls.effects),
             "simulated": cls.simulated(),
+            "live": cls.live(),
             "params": schema.get("properties", {}),
             "required": list(schema.get("required", [])),
         }

@@ -140,6 +140,11 @@ def newest_run(url: str, status: str = "running") -> str | None:
     return runs[0]["run_id"] if runs and runs[0]["status"] == status else None
 
 
+def crash_label(url: str) -> str:
+    """The Chaos page's label of the crash kind (``GET /faults``)."""
+    return requests.get(f"{url}/faults", timeout=10).json()["details"]["crash"]["label"]
+
+
 def launch_from_ui(page, base: str, experiment: str, overrides: str) -> None:  # noqa: ANN001
     page.goto(f"{base}/experiments")
     wait_text(page, "valid: quickstart", 30)
@@ -206,6 +211,10 @@ def test_dashboard_end_to_end(controller: Controller, dashboard: str) -> None:
         wait_text(tab_a, run2, 30)
         wait_text(tab_a, "fleet_ready", 120)  # the run's chaos engine polls injections now
         open_page(tab_b, f"{dashboard}/chaos", "Inject now", 45)
+        # pick the kind by name: other test modules register kinds of their own
+        tab_b.get_by_test_id("stSelectbox").filter(has_text="Fault").click()
+        tab_b.get_by_role("option", name=crash_label(api)).click()
+        tab_b.wait_for_timeout(300)
         tab_b.get_by_test_id("stSelectbox").filter(has_text="Target").click()
         tab_b.get_by_role("option", name="edge-2").click()
         tab_b.wait_for_timeout(300)

@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from testbed.controller.server import check_bind
+from testbed.faults import FAULT_KINDS, FaultKind
 from tests.conftest import processes_under
 from tests.ui.conftest import ROOT, Controller, experiments_dir, serve
 
@@ -80,6 +81,23 @@ def test_runs_fleet_compare_csv_and_inject_checks(controller: Controller, seeded
     r = requests.post(inject, json={"kind": "crash", "node": "fog", "wait_s": 0}, timeout=10)
     assert r.status_code == 201 and r.json()["status"] == "pending"  # no engine runs it here
     assert "crash" in requests.get(f"{url}/faults", timeout=10).json()["kinds"]
+    # a kind with a planned, simulated effect only is not offered live, and is refused
+    FAULT_KINDS.register("eclipse")(Eclipse)
+    try:
+        faults = requests.get(f"{url}/faults", timeout=10).json()
+        assert "eclipse" in faults["details"] and not faults["details"]["eclipse"]["live"]
+        assert "eclipse" not in faults["kinds"]
+        r = requests.post(inject, json={"kind": "eclipse", "node": "fog"}, timeout=10)
+        assert r.status_code == 422 and "no live action" in r.text, r.text
+    finally:
+        FAULT_KINDS.unregister("eclipse")
+
+
+class Eclipse(FaultKind):
+    """A kind whose only effect is on the virtual clock (no live ``apply``)."""
+
+    def apply_virtual(self, vf, name, t, rnd) -> None:  # noqa: ANN001
+        vf.down(name, t, t + 1.0, rnd=rnd, kind="eclipse", why="eclipse")
 
 
 def test_docs_and_token(tmp_path: Path) -> None:

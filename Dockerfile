@@ -15,7 +15,7 @@ ARG BASE_IMAGE=python:3.11-slim
 
 FROM ${BASE_IMAGE} AS venv
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-ARG EXTRAS=tt
+ARG EXTRAS=all
 ENV PATH=/opt/venv/bin:$PATH \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \

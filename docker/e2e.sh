@@ -152,7 +152,7 @@ docker run --rm --network host "$BASE_IMAGE" python3 -c 'import ensurepip, sys; 
 # --- 4. wheelhouse (host) and image ----------------------------------------------------
 mkdir -p wheelhouse "$DOCKER_DIR/e2e"
 req=$DOCKER_DIR/requirements.txt
-{ "$PY" docker/requirements.py pyproject.toml tt; echo "setuptools>=68"; } > "$req"
+{ "$PY" docker/requirements.py pyproject.toml all; echo "setuptools>=68"; } > "$req"
 if cmp -s "$req" wheelhouse/.requirements.txt && ls wheelhouse/torch-*.whl >/dev/null 2>&1; then
   log "wheelhouse/ up to date ($(ls wheelhouse/*.whl | wc -l) wheels): reused"
 else

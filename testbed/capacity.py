@@ -22,6 +22,12 @@ Per-node footprints (:data:`FOOTPRINTS`) are MEASURED on the local backend (2-co
   2026-11-23); 3 processes and 12 threads before the ServerApp starts; plus the run's
   zygote, whose pages every client node shares (RSS 529 MB, counted once, here).
 
+- docker backend (one container per node, its own Python stack: nothing shared but
+  the image's page cache): peak memory as the engine reports it (usage less inactive
+  cache) was 360-367 MB per client container and 523 MB for the server container
+  (quickstart, 5 rounds, 2026-11-27, `bash docker/with-engine.sh testbed run
+  experiments/quickstart.yaml --backend docker`); 400 and 600 MB are used.
+
 Whoever makes nodes leaner updates the
 figures here with the new measurement. Only ``fl`` workloads start a fleet of
 SuperNodes; other workloads are not checked. Tasks (processes + threads) and the
@@ -64,6 +70,10 @@ FOOTPRINTS: dict[str, dict[str, Footprint]] = {
         "client": Footprint(memory_mb=250.0, tasks=30, fds=12),  # forked by the zygote
         "client-cold": Footprint(memory_mb=705.0, tasks=30, fds=12),  # started plainly
         "server": Footprint(memory_mb=780.0 + 530.0, tasks=60, fds=12),  # + the zygote
+    },
+    "docker": {  # one container per node, no zygote (measured: see the module doc)
+        "client": Footprint(memory_mb=400.0, tasks=30, fds=12),
+        "server": Footprint(memory_mb=600.0, tasks=60, fds=12),
     },
 }
 

@@ -31,6 +31,13 @@ err_console = Console(stderr=True)
 
 OutOpt = Annotated[Path, typer.Option("--out", help="run store folder")]
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override: key.path=value")]
+OversubscribeOpt = Annotated[
+    bool,
+    typer.Option(
+        help="docker: give node containers a spec-defined profile above this host "
+        "(refused otherwise; recorded in the run)"
+    ),
+]
 SpecDirOpt = Annotated[
     Path | None,
     typer.Option(help="read the spec's relative paths from here (default: the file's folder)"),
@@ -63,6 +70,7 @@ def validate(
     backend: Annotated[
         str, typer.Option(help="check the spec against this backend (as `run` does)")
     ] = "local",
+    oversubscribe: OversubscribeOpt = False,
 ) -> None:
     """Validate an experiment file; print every error with its path and line.
 
@@ -75,7 +83,7 @@ def validate(
 
     try:
         runs = expand(file, parse_set(set_ or []), spec_dir)
-        preflight(backend, [e for _a, e in runs])
+        cls = preflight(backend, [e for _a, e in runs], _options(False, oversubscribe), host=False)
     except (SpecError, ValueError) as e:
         raise _fail(str(e)) from None
     _fits(file, [e for _a, e in runs], backend)
@@ -84,6 +92,12 @@ def validate(
         f"[green]ok[/] {file}: experiment {exp.name!r}, {len(runs)} configuration(s)"
         f" x {exp.repetitions} repetition(s)"
     )
+    for line in cls.notes([e for _a, e in runs], _options(False, oversubscribe)):
+        console.print(f"[yellow]note:[/] {line}", highlight=False)
+    try:
+        cls.check_host()  # the spec is valid; is this machine ready to run it now?
+    except ValueError as e:
+        console.print(f"[yellow]not ready here now:[/] {e}", highlight=False)
 
 
 @app.command()
@@ -101,6 +115,7 @@ def run(
         typer.Option(help="simulation: attach to this Ray cluster (= simulation.ray_address)"),
     ] = None,
     spec_dir: SpecDirOpt = None,
+    oversubscribe: OversubscribeOpt = False,
     item: Annotated[int | None, typer.Option(hidden=True)] = None,
     sweep_id: Annotated[str | None, typer.Option(hidden=True)] = None,
 ) -> None:
@@ -119,7 +134,7 @@ def run(
     try:
         items = sweep_items(expand(file, parse_set(set_ or []), spec_dir))
         # as validate, before recording; --cold where a backend has no cold start: refused
-        preflight(backend, [it.experiment for it in items], _options(cold))
+        preflight(backend, [it.experiment for it in items], _options(cold, oversubscribe))
     except (SpecError, ValueError) as e:
         raise _fail(str(e)) from None
     if parallel < 1:
@@ -139,19 +154,23 @@ def run(
 
         try:
             counts = run_parallel(
-                file, items, sweep, out, parallel, set_ or [], backend, console, spec_dir, cold
+                *(file, items, sweep, out, parallel, set_ or [], backend, console, spec_dir),
+                *(cold, oversubscribe),
             )
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/]: runs stopped and marked interrupted")
             raise typer.Exit(130) from None
         console.print(f"sweep {sweep}: {counts}; report: testbed report {sweep} --out {out}")
         raise typer.Exit(1 if counts["failed"] else 0)
-    _run_items(file, items, sweep, out, backend, cold, set_ or [])
+    _run_items(file, items, sweep, out, backend, _options(cold, oversubscribe))
 
 
-def _options(cold: bool) -> dict[str, Any]:
-    """The backend options of ``testbed run``'s flags (``--cold``: ``warm=False``)."""
-    return {"warm": False} if cold else {}
+def _options(cold: bool, oversubscribe: bool = False) -> dict[str, Any]:
+    """The backend options of ``testbed run``'s flags (``--cold``: ``warm=False``;
+    ``--oversubscribe``: ``oversubscribe=True``); a backend that does not take one
+    refuses it (:func:`testbed.backends.check_options`)."""
+    out: dict[str, Any] = {"warm": False} if cold else {}
+    return {**out, "oversubscribe": True} if oversubscribe else out
 
 
 def _with_ray_address(sets: list[str] | None, address: str | None, backend: str) -> list[str]:
@@ -169,8 +188,7 @@ def _run_items(
     sweep: str | None,
     out: Path,
     backend: str,
-    cold: bool,
-    sets: list[str],
+    options: dict[str, Any],
 ) -> None:
     """Run configurations one after the other in this process, with live display."""
     from testbed.console import ConsoleObserver
@@ -197,7 +215,7 @@ def _run_items(
                 variant=it.variant,
                 assignment=it.assignment,
                 observer=ConsoleObserver(console, label),
-                backend_options=_options(cold),
+                backend_options=options,
             )
             results.append(res)
     except KeyboardInterrupt:

@@ -275,6 +275,12 @@ def fleet_lines(s: dict[str, Any]) -> list[str]:
         if s.get("links_modelled"):
             line += f"; {s['links_modelled']}"
         lines.append(escape(line))
+    capped = s.get("limits_capped") or {}
+    if capped:  # profiles above the host (docker): what each container got instead
+        from testbed.backends.host_limits import grouped
+
+        lines.append(escape(f"limits: {len(capped)} node(s) above this host"))
+        lines += [escape(f"  {line}") for line in grouped(capped)]
     if s.get("ignored"):
         lines.append(escape(f"ignored: {s['ignored']}"))
     return lines

@@ -119,7 +119,12 @@ def run_experiment(
         exp,
         seed,
         run_dir,
-        {"run_id": run_id, "backend": backend, "sweep_assignment": assignment or {}},
+        {
+            "run_id": run_id,
+            "backend": backend,
+            "backend_options": dict(backend_options or {}),  # --cold, --oversubscribe
+            "sweep_assignment": assignment or {},
+        },
     )
     plan = make_plan(exp, seed)
     ctx = RunContext(plan, run_id, run_dir, store, backend, backend_options or {}, observer)

@@ -21,13 +21,17 @@ from testbed.runner import SweepItem
 from testbed.store import RunStore
 
 
-def child_flags(sets: list[str], spec_dir: Path | None, cold: bool) -> list[str]:
+def child_flags(
+    sets: list[str], spec_dir: Path | None, cold: bool, oversubscribe: bool = False
+) -> list[str]:
     """The flags of ``testbed run`` that a sweep's child repeats: every ``--set``,
-    ``--spec-dir`` and ``--cold`` (a flag not passed on would be silently ignored)."""
+    ``--spec-dir``, ``--cold`` and ``--oversubscribe`` (a flag not passed on would be
+    silently ignored)."""
     flags = [f for s in sets for f in ("--set", s)]
     if spec_dir is not None:
         flags += ["--spec-dir", str(spec_dir)]
-    return [*flags, "--cold"] if cold else flags
+    flags += ["--cold"] if cold else []
+    return [*flags, "--oversubscribe"] if oversubscribe else flags
 
 
 def run_parallel(
@@ -41,6 +45,7 @@ def run_parallel(
     console: Console,
     spec_dir: Path | None = None,
     cold: bool = False,
+    oversubscribe: bool = False,
 ) -> dict[str, int]:
     """Run every not-yet-completed item; return counts by final status (each child reads
     the spec's relative paths from ``spec_dir`` when given, and runs ``--cold`` when
@@ -74,7 +79,7 @@ def run_parallel(
                     cmd = [
                         *(sys.executable, "-m", "testbed", "run", str(file), "--out", str(out)),
                         *("--backend", backend, "--item", str(k), "--sweep-id", sweep_id),
-                        *child_flags(sets, spec_dir, cold),
+                        *child_flags(sets, spec_dir, cold, oversubscribe),
                     ]
                     with open(logs / f"item-{k:03d}.log", "w") as log:
                         running[k] = subprocess.Popen(

@@ -84,9 +84,9 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
     seen: list[tuple[str, Any]] = []
     real = backends.preflight
 
-    def spy(name: str, experiments: Any, options: Any = None) -> Any:
+    def spy(name: str, experiments: Any, options: Any = None, host: bool = True) -> Any:
         seen.append(("preflight", name))
-        return real(name, experiments, options)
+        return real(name, experiments, options, host)
 
     monkeypatch.setattr(backends, "preflight", spy)
     monkeypatch.setattr(cli, "_run_items", lambda *a, **k: seen.append(("run", a[4])))
@@ -258,7 +258,13 @@ def test_every_experiment_gets_one_answer(
     v_code, v_text = _validate(spec, backend)
     r_code, r_text = _run(spec, backend, tmp_path / "runs")
     assert calls[0] == calls[1] == ("preflight", backend)
-    if v_code == 0:
+    if v_code == 0 and "not ready here now:" in v_text:
+        # the spec is valid for the backend; this machine is not ready (docker: no
+        # engine here): validate says so, run refuses with the same reason
+        why = " ".join(v_text.split("not ready here now:", 1)[1].split())
+        assert r_code == 2 and f"error: {why}" in " ".join(r_text.split()), (v_text, r_text)
+        assert len(calls) == 2, "a run refused for its host starts nothing"
+    elif v_code == 0:
         assert r_code == 0, r_text
         assert calls[2:] == [("run", backend)], "an accepted run starts after the preflight"
     else:

@@ -49,7 +49,10 @@ def get_backend(name: str) -> type[Backend]:
 
 
 #: What a user gives for a backend option, and what it asks for (named by a refusal).
-OPTION_FLAGS = {"warm": ("--cold", "Flower's cold per-message ClientApp processes")}
+OPTION_FLAGS = {
+    "warm": ("--cold", "Flower's cold per-message ClientApp processes"),
+    "oversubscribe": ("--oversubscribe", "node profiles above this host"),
+}
 
 
 def check_options(cls: type[Backend], options: Mapping[str, Any]) -> None:
@@ -73,11 +76,15 @@ def check_options(cls: type[Backend], options: Mapping[str, Any]) -> None:
 
 
 def preflight(
-    name: str, experiments: Sequence[Experiment], options: Mapping[str, Any] | None = None
+    name: str,
+    experiments: Sequence[Experiment],
+    options: Mapping[str, Any] | None = None,
+    host: bool = True,
 ) -> type[Backend]:
     """Check ``experiments`` and the backend's ``options`` (:func:`check_options`)
-    against backend ``name`` before anything is recorded (:meth:`Backend.preflight`);
-    return its class.
+    against backend ``name`` before anything is recorded (:meth:`Backend.preflight`),
+    then, with ``host``, what the run needs of this machine (:meth:`Backend.check_host`:
+    an engine, an image); return its class.
 
     Raises
     ------
@@ -87,5 +94,7 @@ def preflight(
     """
     cls = get_backend(name)
     check_options(cls, options or {})
-    cls.preflight(experiments)
+    cls.preflight(experiments, options or {})
+    if host:
+        cls.check_host()
     return cls

@@ -152,7 +152,9 @@ class Backend(abc.ABC):
 
     # -- what it supports, checked before anything is recorded ------------------------
     @classmethod
-    def preflight(cls, experiments: Sequence[Experiment]) -> None:
+    def preflight(
+        cls, experiments: Sequence[Experiment], options: Mapping[str, Any] | None = None
+    ) -> None:
         """Check experiments against this backend before anything is recorded.
 
         The base checks the declarations (:attr:`workloads`, :attr:`link_kinds`,
@@ -165,6 +167,9 @@ class Backend(abc.ABC):
         ----------
         experiments : Sequence[Experiment]
             The configurations to run (a sweep's, or one).
+        options : Mapping, optional
+            The backend options the run passes (:attr:`options`, already checked by
+            name), for checks that depend on them (docker: ``oversubscribe``).
 
         Raises
         ------
@@ -172,11 +177,34 @@ class Backend(abc.ABC):
             Naming the field: ``workload.<section>``, ``links.mode``,
             ``links.nodes.<node>.kind``, ``faults[<i>].kind``; with what is allowed.
         """
+        del options  # (the declarations do not depend on them)
         for exp in experiments:
             cls._check_workloads(exp)
             cls._check_user_app(exp)
             cls._check_links(exp)
             cls._check_faults(exp)
+
+    @classmethod
+    def notes(
+        cls, experiments: Sequence[Experiment], options: Mapping[str, Any] | None = None
+    ) -> list[str]:
+        """What a run will do differently from the spec's letter, said before it starts
+        (``testbed validate`` prints them; the run records them in its summary). docker:
+        nodes whose built-in profile is above this host get the host's figures. The
+        base has none."""
+        del experiments, options
+        return []
+
+    @classmethod
+    def check_host(cls) -> None:
+        """What a run needs of this machine beyond the spec (docker: an engine that
+        answers and has the image); raise ``ValueError`` saying how to get it.
+
+        ``testbed run`` calls it after :meth:`preflight`; ``testbed validate`` reports
+        it without failing: the spec is valid for the backend, the host is not ready
+        yet. The base needs nothing.
+        """
+        return None
 
     @classmethod
     def _refuse(cls, field: str, what: str, allowed: Collection[str]) -> NotSupported:

@@ -53,9 +53,10 @@ from testbed.backends.docker_node import (
     in_image,
     memory_mb_of,
 )
+from testbed.backends.host_limits import Host, capped, check_limits, grouped
 from testbed.backends.local import REGISTER_TIMEOUT_S, LocalBackend
 from testbed.emulation.container_net import InContainer, attach_netns
-from testbed.planner import Plan, PlannedNode
+from testbed.planner import Plan, PlannedNode, make_plan
 from testbed.procs import free_port, wait_port
 from testbed.reaper import write_fleet_file
 from testbed.spec.models import Experiment
@@ -160,12 +161,19 @@ class DockerBackend(LocalBackend):
     user_apps = False  # (not yet: the app's dependencies need a derived image)
     #: netem links fall back to proxy (saying why) where they cannot be made.
     netem_needs_root = False
-    options: ClassVar[frozenset[str]] = frozenset({"warm", "image"})
+    options: ClassVar[frozenset[str]] = frozenset({"warm", "image", "oversubscribe"})
 
     def __init__(
-        self, plan: Plan, run_dir: Path, warm: bool = True, image: str | None = None
+        self,
+        plan: Plan,
+        run_dir: Path,
+        warm: bool = True,
+        image: str | None = None,
+        oversubscribe: bool = False,
     ) -> None:
         super().__init__(plan, run_dir, warm)
+        self.host = Host.measure()
+        self.oversubscribe = oversubscribe  # profiles above the host: refused unless set
         self.run_dir = run_dir.resolve()
         self.image = image or image_name()
         self.run_label = self.run_dir.name
@@ -185,10 +193,29 @@ class DockerBackend(LocalBackend):
         self.throttled: dict[str, dict[str, int]] = {}  # straggler: CFS counters at start
 
     @classmethod
-    def preflight(cls, experiments: Sequence[Experiment]) -> None:
+    def preflight(
+        cls, experiments: Sequence[Experiment], options: Mapping[str, Any] | None = None
+    ) -> None:
         """The declarations (every workload, link kind and fault kind: netem falls back
-        to proxy, saying why), then: an engine answers and has the image."""
-        super().preflight(experiments)
+        to proxy, saying why), then: no spec-defined profile above this host unless
+        ``oversubscribe`` (:func:`~testbed.backends.host_limits.check_limits`)."""
+        super().preflight(experiments, options)
+        host, over = Host.measure(), bool((options or {}).get("oversubscribe"))
+        for exp in experiments:
+            check_limits(exp, host, over)
+
+    @classmethod
+    def notes(
+        cls, experiments: Sequence[Experiment], options: Mapping[str, Any] | None = None
+    ) -> list[str]:
+        """Per node above this host, what its container gets (``limits_capped``)."""
+        host, over = Host.measure(), bool((options or {}).get("oversubscribe"))
+        plans = [make_plan(e) for e in experiments[:1]]  # (a sweep's fleets are alike)
+        return [f"limits: {line}" for p in plans for line in grouped(capped(p, host, over))]
+
+    @classmethod
+    def check_host(cls) -> None:
+        """An engine answers at ``DOCKER_HOST`` and has the image."""
         check_image(connect(), image_name())
 
     # -- containers ---------------------------------------------------------------------
@@ -245,7 +272,8 @@ class DockerBackend(LocalBackend):
 
     def _limits(self, node: PlannedNode) -> dict[str, Any]:
         host = sorted(os.sched_getaffinity(0))
-        return container_limits(node, self.plan.clients.index(node), host)
+        index = self.plan.clients.index(node)
+        return container_limits(node, index, host, self.host.memory_mb, self.oversubscribe)
 
     # -- fleet lifecycle ----------------------------------------------------------------
     def start(self, timeout_s: float = 120.0) -> None:
@@ -299,6 +327,9 @@ class DockerBackend(LocalBackend):
         out = {**super().fleet_info(), **links_in_force(self.plan, self.link_mode)}
         if self.link_note:
             out["links_fallback"] = self.link_note
+        limits = capped(self.plan, self.host, self.oversubscribe)
+        if limits:
+            out["limits_capped"] = limits
         return out
 
     def _pid(self, name: str) -> int:
@@ -387,7 +418,10 @@ class DockerBackend(LocalBackend):
         ro = function_dirs(self.plan.experiment, self.run_dir)
         for i, (name, cmd) in enumerate(commands.items()):
             self._cmds[name], self.node_ports[name] = list(cmd), ports[name]
-            self._run(name, in_image(cmd), container_limits(planned[name], i, host), ro)
+            limits = container_limits(
+                planned[name], i, host, self.host.memory_mb, self.oversubscribe
+            )
+            self._run(name, in_image(cmd), limits, ro)
         if not self._watcher.is_alive():
             self._watcher.start()
         deadline = time.monotonic() + timeout_s

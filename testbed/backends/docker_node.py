@@ -21,7 +21,13 @@ if TYPE_CHECKING:
 PERIOD_US = 100_000  # CFS period of a CPU quota, microseconds
 
 
-def container_limits(node: PlannedNode, index: int, host_cpus: list[int]) -> dict[str, Any]:
+def container_limits(
+    node: PlannedNode,
+    index: int,
+    host_cpus: list[int],
+    host_memory_mb: int | None = None,
+    oversubscribe: bool = False,
+) -> dict[str, Any]:
     """Container limits from the node's device profile.
 
     Parameters
@@ -32,6 +38,11 @@ def container_limits(node: PlannedNode, index: int, host_cpus: list[int]) -> dic
         The node's position among the clients (for round-robin cpusets).
     host_cpus : list of int
         The CPUs this process may use.
+    host_memory_mb : int, optional
+        This host's memory: the memory limit is at most that unless ``oversubscribe``
+        (:mod:`testbed.backends.host_limits` refuses or records it before the start).
+    oversubscribe : bool
+        Give the engine the profile's memory even above the host's.
 
     Returns
     -------
@@ -39,11 +50,15 @@ def container_limits(node: PlannedNode, index: int, host_cpus: list[int]) -> dic
         ``containers.run`` keyword arguments: ``cpu_period``/``cpu_quota`` (the
         profile's cores, at most the host's, microseconds per period), ``cpuset_cpus``
         (only when the profile has fewer cores than the host, as the local backend pins)
-        and ``mem_limit``/``memswap_limit`` (``memory_mb``, no swap on top).
+        and ``mem_limit``/``memswap_limit`` (``memory_mb``, at most the host's unless
+        ``oversubscribe``; no swap on top).
     """
     k = node.profile.cpu_cores
     cores = min(k, len(host_cpus))
-    mem = f"{int(node.profile.memory_mb)}m"
+    memory = node.profile.memory_mb
+    if host_memory_mb is not None and not oversubscribe:
+        memory = min(memory, host_memory_mb)
+    mem = f"{int(memory)}m"
     out: dict[str, Any] = {
         "cpu_period": PERIOD_US,
         "cpu_quota": cores * PERIOD_US,

@@ -114,11 +114,13 @@ class LocalBackend(Backend):
         self._beside: dict[str, list[str]] = {}  # node -> its other processes' keys
 
     @classmethod
-    def preflight(cls, experiments: Sequence[Experiment]) -> None:
+    def preflight(
+        cls, experiments: Sequence[Experiment], options: Mapping[str, Any] | None = None
+    ) -> None:
         """The declarations (:meth:`Backend.preflight`), then: netem links (``links.mode``
         or a link's ``kind``) need root here (:attr:`netem_needs_root`), and a link of
         kind netem needs the run's namespaces (``links.mode: netem``)."""
-        super().preflight(experiments)
+        super().preflight(experiments, options)
         for exp in experiments:
             cls._check_netem_per_link(exp)
         if not cls.netem_needs_root or os.geteuid() == 0:

@@ -120,10 +120,12 @@ class SimulationBackend(Backend):
         self.procs = ProcGroup()
 
     @classmethod
-    def preflight(cls, experiments: Sequence[Experiment]) -> None:
+    def preflight(
+        cls, experiments: Sequence[Experiment], options: Mapping[str, Any] | None = None
+    ) -> None:
         """The declarations, then: Ray installed, the faults decidable on virtual time
         and the availability trace readable (:func:`check_experiment`)."""
-        super().preflight(experiments)
+        super().preflight(experiments, options)
         if importlib.util.find_spec("ray") is None:
             raise NotSupported(
                 f"--backend simulation: Ray is not installed; pip install '{EXTRA}'"

@@ -146,6 +146,7 @@ FLEET_KEYS = (
     "link_kinds",
     "links_fallback",
     "links_modelled",
+    "limits_capped",
     "clock",
     "ray",
     "ignored",

@@ -191,6 +191,7 @@ class DockerBackend(LocalBackend):
         self.link_note: str | None = None  # why netem fell back to proxy
         self.base_cpus: dict[str, float] = {}  # the profile's CPU quota of each container
         self.throttled: dict[str, dict[str, int]] = {}  # straggler: CFS counters at start
+        self._service_of: dict[str, str] = {}  # a workload's process key -> its node
 
     @classmethod
     def preflight(
@@ -269,6 +270,10 @@ class DockerBackend(LocalBackend):
     def proc(self, name: str) -> ContainerProcess:
         """The container of node ``name`` as a process (``poll``)."""
         return ContainerProcess(self.containers[name])
+
+    def process(self, key: str) -> ContainerProcess:  # type: ignore[override]
+        """The container of a workload's process ``key`` (:meth:`start_processes`)."""
+        return self.proc(key)
 
     def _limits(self, node: PlannedNode) -> dict[str, Any]:
         host = sorted(os.sched_getaffinity(0))
@@ -378,7 +383,9 @@ class DockerBackend(LocalBackend):
 
     def start_node(self, name: str) -> tuple[int, Any]:
         """Create node ``name``'s container, or start it again (same command, port and
-        name) after a crash or stop."""
+        name) after a crash or stop. ``name`` may be a workload's process key
+        (:meth:`_service_key`: a function runtime, a semantic device): its own
+        container, with its node's limits, beside the node's SuperNode."""
         known = self.containers.get(name)
         self.downed.discard(name)
         netem = isinstance(self._links.get(name), InContainer)
@@ -387,6 +394,8 @@ class DockerBackend(LocalBackend):
             known.start()  # (a new network namespace: the link is plumbed again)
             self._plumb(name)
             return self.node_ports[name], self.proc(name)
+        if name in self._service_of:
+            return self._start_service(name)
         node = next(n for n in self.plan.clients if n.name == name)
         port = free_port()
         config = node.node_config(len(self.plan.clients))
@@ -405,32 +414,54 @@ class DockerBackend(LocalBackend):
         link = self._links.get(name)
         return link.client_netns if isinstance(link, InContainer) else None
 
-    def start_services(
-        self, commands: Mapping[str, list[str]], ports: Mapping[str, int], timeout_s: float = 60.0
-    ) -> dict[str, int]:
-        """:meth:`Backend.start_services` in containers: one per node with its
-        profile's limits (host network), each behind its link as locally; this
+    def _taken(self, name: str) -> bool:
+        """Whether node ``name`` already has a container of the run (the SuperLink's)."""
+        return name in self._cmds or name in self.containers
+
+    def _service_key(self, name: str) -> str:
+        """As locally (``<name>.svc`` beside the node's SuperNode), remembering the node
+        of each key: its container gets that node's limits."""
+        key = super()._service_key(name)
+        self._service_of[key] = name
+        return key
+
+    def _start_service(self, key: str) -> tuple[int, Any]:
+        """A workload's process ``key`` in a container of its own: its node's profile
+        limits, host network, the function modules' folders mounted read-only; this
         interpreter's ``python -m ...`` becomes the image's."""
         check_image(self.client, self.image)
         self._catch_sigterm()
-        planned = {n.name: n for n in self.plan.nodes}
+        nodes = [n.name for n in self.plan.nodes]
+        node = self.plan.nodes[nodes.index(self._service_of[key])]
         host = sorted(os.sched_getaffinity(0))
+        limits = container_limits(
+            node, nodes.index(node.name), host, self.host.memory_mb, self.oversubscribe
+        )
         ro = function_dirs(self.plan.experiment, self.run_dir)
-        for i, (name, cmd) in enumerate(commands.items()):
-            self._cmds[name], self.node_ports[name] = list(cmd), ports[name]
-            limits = container_limits(
-                planned[name], i, host, self.host.memory_mb, self.oversubscribe
-            )
-            self._run(name, in_image(cmd), limits, ro)
+        self._run(key, in_image(self._cmds[key]), limits, ro)
         if not self._watcher.is_alive():
             self._watcher.start()
+        return self.node_ports[key], self.proc(key)
+
+    def start_services(
+        self, commands: Mapping[str, list[str]], ports: Mapping[str, int], timeout_s: float = 60.0
+    ) -> dict[str, int]:
+        """:meth:`Backend.start_services` in containers: one per service with its
+        node's profile limits (host network), each behind its node's link as locally
+        (a service on a node that runs a SuperNode or the SuperLink is a container of
+        its own beside it)."""
+        keys = {}
+        for name, cmd in commands.items():
+            keys[name] = key = self._service_key(name)
+            self._cmds[key], self.node_ports[key] = list(cmd), ports[name]
+            self.start_node(key)
         deadline = time.monotonic() + timeout_s
-        for name in commands:
+        for name, key in keys.items():
             left = max(1.0, deadline - time.monotonic())
             try:
-                wait_port(ports[name], left, self.proc(name))  # type: ignore[arg-type]
+                wait_port(ports[name], left, self.proc(key))  # type: ignore[arg-type]
             except RuntimeError as e:
-                raise RuntimeError(f"node {name}: {e} ({self.exit_reason(name)})") from None
+                raise RuntimeError(f"node {name}: {e} ({self.exit_reason(key)})") from None
         return self._service_links(list(commands), ports)
 
     def stop(self) -> None:

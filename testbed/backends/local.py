@@ -427,12 +427,16 @@ class LocalBackend(Backend):
     def _service_key(self, name: str) -> str:
         """The process key of a service on node ``name``: the name itself, or
         ``<name>.svc`` beside the node's SuperNode (another workload of the run)."""
-        if name not in self._cmds and name not in self.procs.procs:  # (the SuperLink's)
+        if not self._taken(name):
             return name
         beside = self._beside.setdefault(name, [])  # a third workload's: <name>.svc2 ...
         key = f"{name}.svc{len(beside) + 1 if beside else ''}"
         beside.append(key)
         return key
+
+    def _taken(self, name: str) -> bool:
+        """Whether node ``name`` already runs a process of the run (the SuperLink's)."""
+        return name in self._cmds or name in self.procs.procs
 
     def process(self, key: str) -> Popen:
         """The process of key ``key`` (a node, or ``<name>.svc`` from

@@ -152,6 +152,16 @@ class Backend(abc.ABC):
 
     # -- what it supports, checked before anything is recorded ------------------------
     @classmethod
+    def unavailable(cls) -> str | None:
+        """Why this backend cannot run on this host now (None: it can), without a spec.
+
+        Cheap enough to ask every few seconds (the controller's ``GET /backends``): a
+        backend that needs an engine pings it with a short timeout, one that needs a
+        package looks it up without importing it. The base needs nothing.
+        """
+        return None
+
+    @classmethod
     def preflight(cls, experiments: Sequence[Experiment]) -> None:
         """Check experiments against this backend before anything is recorded.
 

@@ -68,6 +68,7 @@ DEFAULT_IMAGE = "continuum-testbed:latest"
 RUN_LABEL = "testbed.run"
 NODE_LABEL = "testbed.node"
 STATS_EVERY_S = 2.0  # engine stats are sampled at most this often (s)
+PING_TIMEOUT_S = 2  # `unavailable`: how long the engine may take to answer (s)
 
 
 class EngineUnavailable(ValueError):
@@ -88,10 +89,11 @@ def engine_hint() -> str:
     )
 
 
-def connect() -> docker.DockerClient:
-    """A client of the engine at ``DOCKER_HOST`` (EngineUnavailable when none answers)."""
+def connect(timeout_s: int = 60) -> docker.DockerClient:
+    """A client of the engine at ``DOCKER_HOST`` (EngineUnavailable when none answers
+    within ``timeout_s`` s, per request)."""
     try:
-        client = docker.from_env(timeout=60)
+        client = docker.from_env(timeout=timeout_s)
         client.ping()
     except DockerException as e:
         raise EngineUnavailable(
@@ -183,6 +185,16 @@ class DockerBackend(LocalBackend):
         self.link_note: str | None = None  # why netem fell back to proxy
         self.base_cpus: dict[str, float] = {}  # the profile's CPU quota of each container
         self.throttled: dict[str, dict[str, int]] = {}  # straggler: CFS counters at start
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why not here now: no engine answers at ``DOCKER_HOST`` within
+        :data:`PING_TIMEOUT_S`, or it lacks the image (:func:`check_image`)."""
+        try:
+            check_image(connect(PING_TIMEOUT_S), image_name())
+        except (ValueError, DockerException, RequestException) as e:
+            return str(e)
+        return None
 
     @classmethod
     def preflight(cls, experiments: Sequence[Experiment]) -> None:

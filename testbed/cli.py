@@ -94,10 +94,9 @@ def validate(
     )
     for line in cls.notes([e for _a, e in runs], _options(False, oversubscribe)):
         console.print(f"[yellow]note:[/] {line}", highlight=False)
-    try:
-        cls.check_host()  # the spec is valid; is this machine ready to run it now?
-    except ValueError as e:
-        console.print(f"[yellow]not ready here now:[/] {e}", highlight=False)
+    why = cls.unavailable()  # the spec is valid; is this machine ready to run it now?
+    if why is not None:
+        console.print(f"[yellow]not ready here now:[/] {escape(why)}", highlight=False)
 
 
 @app.command()

@@ -91,10 +91,21 @@ def experiment_text(name: str) -> str:
     return _request("GET", f"/experiments/{name}").text
 
 
+@st.cache_data(ttl=5, show_spinner=False)
+def backends() -> list[dict[str, Any]]:
+    """Backends a launch may use: ``name``, ``available`` here now, ``reason`` if not,
+    ``default``, ``summary``."""
+    return _get("/backends")
+
+
 @st.cache_data(ttl=60, show_spinner=False)
-def validate(text: str, source: str, overrides: tuple[str, ...]) -> dict[str, Any]:
-    """Validation of YAML text: ``ok``, ``problems`` (path, line, message), run count."""
-    return _post("/validate", {"text": text, "source": source, "set": list(overrides)})
+def validate(
+    text: str, source: str, overrides: tuple[str, ...], backend: str | None = None
+) -> dict[str, Any]:
+    """Validation of YAML text: ``ok``, ``problems`` (path, line, message), run count;
+    with ``backend``, also what that backend's preflight refuses (as a launch on it)."""
+    body = {"text": text, "source": source, "set": list(overrides), "backend": backend}
+    return _post("/validate", body)
 
 
 @st.cache_data(ttl=60, show_spinner=False)
@@ -115,9 +126,17 @@ def launch(
     experiment: str | None = None,
     text: str | None = None,
     name: str | None = None,
+    backend: str = "local",
 ) -> dict[str, Any]:
-    """Launch an experiment file by name, or YAML text; returns the launch."""
-    body = {"experiment": experiment, "text": text, "name": name, "set": list(overrides)}
+    """Launch an experiment file by name, or YAML text, on ``backend``; returns the
+    launch."""
+    body = {
+        "experiment": experiment,
+        "text": text,
+        "name": name,
+        "set": list(overrides),
+        "backend": backend,
+    }
     out = _post("/launches", body)
     launches.clear()
     runs.clear()

@@ -83,7 +83,7 @@ def preflight(
 ) -> type[Backend]:
     """Check ``experiments`` and the backend's ``options`` (:func:`check_options`)
     against backend ``name`` before anything is recorded (:meth:`Backend.preflight`),
-    then, with ``host``, what the run needs of this machine (:meth:`Backend.check_host`:
+    then, with ``host``, what the run needs of this machine (:meth:`Backend.unavailable`:
     an engine, an image); return its class.
 
     Raises
@@ -95,6 +95,6 @@ def preflight(
     cls = get_backend(name)
     check_options(cls, options or {})
     cls.preflight(experiments, options or {})
-    if host:
-        cls.check_host()
+    if host and (why := cls.unavailable()) is not None:
+        raise NotSupported(why)
     return cls

@@ -152,6 +152,20 @@ class Backend(abc.ABC):
 
     # -- what it supports, checked before anything is recorded ------------------------
     @classmethod
+    def unavailable(cls) -> str | None:
+        """Why this backend cannot run on this host now (None: it can), without a spec:
+        what a run needs of this machine beyond the spec (docker: an engine that
+        answers and has the image; simulation: Ray installed).
+
+        ``testbed run`` refuses with it after :meth:`preflight`; ``testbed validate``
+        prints it without failing (the spec is valid for the backend, the host is not
+        ready yet). Cheap enough to ask every few seconds (the controller's ``GET
+        /backends``): a backend that needs an engine pings it with a short timeout, one
+        that needs a package looks it up without importing it. The base needs nothing.
+        """
+        return None
+
+    @classmethod
     def preflight(
         cls, experiments: Sequence[Experiment], options: Mapping[str, Any] | None = None
     ) -> None:
@@ -194,17 +208,6 @@ class Backend(abc.ABC):
         base has none."""
         del experiments, options
         return []
-
-    @classmethod
-    def check_host(cls) -> None:
-        """What a run needs of this machine beyond the spec (docker: an engine that
-        answers and has the image); raise ``ValueError`` saying how to get it.
-
-        ``testbed run`` calls it after :meth:`preflight`; ``testbed validate`` reports
-        it without failing: the spec is valid for the backend, the host is not ready
-        yet. The base needs nothing.
-        """
-        return None
 
     @classmethod
     def _refuse(cls, field: str, what: str, allowed: Collection[str]) -> NotSupported:

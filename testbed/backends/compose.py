@@ -15,6 +15,7 @@ started by some other compose file with the fixed ports of :func:`compose_ports`
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn
 
@@ -119,6 +120,18 @@ class ComposeBackend(LocalBackend):
     #: (no ``warm``: the containers' SuperNodes are started by docker-compose, not here)
     options: ClassVar[frozenset[str]] = frozenset({"base_port"})
     user_apps = False
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why not here now: no SuperLink of a compose fleet listens on its fixed port."""
+        try:
+            socket.create_connection(("127.0.0.1", BASE_PORT), timeout=0.5).close()
+        except OSError:
+            return (
+                f"no compose fleet: nothing listens on 127.0.0.1:{BASE_PORT} (its SuperLink); "
+                "start the SuperLink/SuperNode containers first"
+            )
+        return None
 
     def __init__(self, plan: Plan, run_dir: Path, base_port: int = BASE_PORT) -> None:
         super().__init__(plan, run_dir)

@@ -69,6 +69,7 @@ DEFAULT_IMAGE = "continuum-testbed:latest"
 RUN_LABEL = "testbed.run"
 NODE_LABEL = "testbed.node"
 STATS_EVERY_S = 2.0  # engine stats are sampled at most this often (s)
+PING_TIMEOUT_S = 5  # `unavailable`: how long the engine may take to answer (s)
 
 
 class EngineUnavailable(ValueError):
@@ -89,10 +90,11 @@ def engine_hint() -> str:
     )
 
 
-def connect() -> docker.DockerClient:
-    """A client of the engine at ``DOCKER_HOST`` (EngineUnavailable when none answers)."""
+def connect(timeout_s: int = 60) -> docker.DockerClient:
+    """A client of the engine at ``DOCKER_HOST`` (EngineUnavailable when none answers
+    within ``timeout_s`` s, per request)."""
     try:
-        client = docker.from_env(timeout=60)
+        client = docker.from_env(timeout=timeout_s)
         client.ping()
     except DockerException as e:
         raise EngineUnavailable(
@@ -194,6 +196,16 @@ class DockerBackend(LocalBackend):
         self._service_of: dict[str, str] = {}  # a workload's process key -> its node
 
     @classmethod
+    def unavailable(cls) -> str | None:
+        """Why not here now: no engine answers at ``DOCKER_HOST`` within
+        :data:`PING_TIMEOUT_S`, or it lacks the image (:func:`check_image`)."""
+        try:
+            check_image(connect(PING_TIMEOUT_S), image_name())
+        except (ValueError, DockerException, RequestException) as e:
+            return str(e)
+        return None
+
+    @classmethod
     def preflight(
         cls, experiments: Sequence[Experiment], options: Mapping[str, Any] | None = None
     ) -> None:
@@ -213,11 +225,6 @@ class DockerBackend(LocalBackend):
         host, over = Host.measure(), bool((options or {}).get("oversubscribe"))
         plans = [make_plan(e) for e in experiments[:1]]  # (a sweep's fleets are alike)
         return [f"limits: {line}" for p in plans for line in grouped(capped(p, host, over))]
-
-    @classmethod
-    def check_host(cls) -> None:
-        """An engine answers at ``DOCKER_HOST`` and has the image."""
-        check_image(connect(), image_name())
 
     # -- containers ---------------------------------------------------------------------
     def _env(self, name: str) -> dict[str, str]:

@@ -120,16 +120,21 @@ class SimulationBackend(Backend):
         self.procs = ProcGroup()
 
     @classmethod
+    def unavailable(cls) -> str | None:
+        """Why not here: Ray is not installed (looked up, not imported)."""
+        if importlib.util.find_spec("ray") is None:
+            return f"Ray is not installed; pip install '{EXTRA}'"
+        return None
+
+    @classmethod
     def preflight(
         cls, experiments: Sequence[Experiment], options: Mapping[str, Any] | None = None
     ) -> None:
         """The declarations, then: Ray installed, the faults decidable on virtual time
         and the availability trace readable (:func:`check_experiment`)."""
         super().preflight(experiments, options)
-        if importlib.util.find_spec("ray") is None:
-            raise NotSupported(
-                f"--backend simulation: Ray is not installed; pip install '{EXTRA}'"
-            )
+        if (why := cls.unavailable()) is not None:
+            raise NotSupported(f"--backend simulation: {why}")
         for exp in experiments:
             check_experiment(exp)
             check_links(exp)  # every link's kind prices it on the virtual clock, or says why

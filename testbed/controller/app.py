@@ -25,6 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
+from testbed.controller.backends import DEFAULT_BACKEND
 from testbed.controller.guard import (
     FILE_NAME_PATTERN,
     MAX_ID_CHARS,
@@ -45,6 +46,9 @@ RunId = Annotated[
 FileName = Annotated[str, PathParam(pattern=FILE_NAME_PATTERN, max_length=MAX_ID_CHARS)]
 Cursor = Annotated[int, Query(ge=0, le=MAX_CURSOR)]
 SpecText = Annotated[str, Field(max_length=MAX_UPLOAD_CHARS, description="experiment YAML")]
+BackendName = Annotated[
+    str, Field(max_length=MAX_ID_CHARS, description="a backend of GET /backends")
+]
 Overrides = Annotated[
     list[Annotated[str, Field(max_length=1000)]],
     Field(default_factory=list, max_length=MAX_OVERRIDES, description="key.path=value"),
@@ -57,6 +61,9 @@ class ValidateBody(BaseModel):
     text: SpecText
     source: str = Field("experiment.yaml", max_length=MAX_ID_CHARS)
     set: Overrides
+    backend: BackendName | None = Field(
+        None, description="also check it against this backend, as a launch on it does"
+    )
 
 
 class LaunchBody(BaseModel):
@@ -71,6 +78,9 @@ class LaunchBody(BaseModel):
         description="file name for text (saved under specs/)",
     )
     set: Overrides
+    backend: BackendName = Field(
+        DEFAULT_BACKEND, description="where it runs (`testbed run --backend`; GET /backends)"
+    )
 
 
 class FleetBody(BaseModel):
@@ -180,7 +190,9 @@ def experiments_routes(ctl: Controller) -> APIRouter:
     @r.post("/validate")
     async def validate(body: ValidateBody) -> dict[str, Any]:
         """Validate YAML: ``ok`` and every problem with its YAML ``path`` and ``line``."""
-        return await asyncio.to_thread(ctl.validate, body.text, body.source, body.set)
+        return await asyncio.to_thread(
+            ctl.validate, body.text, body.source, body.set, body.backend
+        )
 
     @r.post("/plan")
     async def plan(body: FleetBody) -> dict[str, Any]:
@@ -194,10 +206,21 @@ def launches_routes(ctl: Controller) -> APIRouter:
     """Launches: `testbed run` subprocesses started by this controller."""
     r = APIRouter(tags=["launches"])
 
+    @r.get("/backends")
+    async def backends() -> list[dict[str, Any]]:
+        """Every registered backend: ``name``, ``available`` on this host now and the
+        ``reason`` when not (no Docker engine at DOCKER_HOST, no image, no Ray ...),
+        ``default``, ``summary``, ``workloads``, ``user_apps``, ``decides_faults``.
+        Answers are at most a few seconds old."""
+        return await asyncio.to_thread(ctl.backends)
+
     @r.post("/launches", status_code=201)
     async def launch(body: LaunchBody) -> dict[str, Any]:
-        """Launch an experiment (all runs of its sweep) as a `testbed run` subprocess."""
-        job = await asyncio.to_thread(ctl.launch, body.experiment, body.text, body.name, body.set)
+        """Launch an experiment (all runs of its sweep) as a `testbed run --backend`
+        subprocess; 422 naming ``backend`` when it is unknown or not available here, or
+        with the backend's refusal of the experiment (its preflight)."""
+        args = (body.experiment, body.text, body.name, body.set, body.backend)
+        job = await asyncio.to_thread(ctl.launch, *args)
         return ctl.job(job.job_id)
 
     @r.get("/launches")

@@ -37,6 +37,8 @@ class Job:
         Runs this launch is made of (sweep combinations x repetitions).
     sweep_id : str or None
         Sweep id the CLI will use (``None`` for a single run).
+    backend : str
+        The backend it runs on (``testbed run --backend``).
     """
 
     job_id: str
@@ -46,6 +48,7 @@ class Job:
     sweep_id: str | None
     proc: subprocess.Popen[bytes]
     log_path: Path
+    backend: str = "local"
     started_at: float = field(default_factory=time.time)
     stop_requested_at: float | None = None
 
@@ -70,6 +73,7 @@ class Job:
             "overrides": self.overrides,
             "total": self.total,
             "sweep_id": self.sweep_id,
+            "backend": self.backend,
             "state": self.state(),
             "returncode": self.proc.poll(),
             "started_at": self.started_at,
@@ -98,14 +102,15 @@ class JobManager:
         total: int,
         sweep_id: str | None,
         spec_dir: Path | None = None,
+        backend: str = "local",
     ) -> Job:
-        """Start ``python -m testbed run spec_path --out store_root [--set ...]
-        [--spec-dir DIR]`` (``spec_dir``: where the spec's relative paths point)."""
+        """Start ``python -m testbed run spec_path --backend B --out store_root [--set
+        ...] [--spec-dir DIR]`` (``spec_dir``: where the spec's relative paths point)."""
         job_id = f"job-{len(self.jobs) + 1}"
         logs = self.store_root / "launches"
         logs.mkdir(parents=True, exist_ok=True)
         log_path = logs / f"{time.strftime('%Y%m%d-%H%M%S')}-{job_id}.log"
-        cmd = [sys.executable, "-m", "testbed", "run", str(spec_path)]
+        cmd = [sys.executable, "-m", "testbed", "run", str(spec_path), "--backend", backend]
         cmd += ["--out", str(self.store_root)]
         for item in overrides:
             cmd += ["--set", item]
@@ -121,7 +126,7 @@ class JobManager:
                 env=env,
                 start_new_session=True,
             )
-        job = Job(job_id, spec_path, list(overrides), total, sweep_id, proc, log_path)
+        job = Job(job_id, spec_path, list(overrides), total, sweep_id, proc, log_path, backend)
         self.jobs[job_id] = job
         return job
 

@@ -20,10 +20,12 @@ from typing import Any
 
 import yaml
 
+from testbed.controller.backends import DEFAULT_BACKEND, BackendOffer
 from testbed.controller.fleet import fleet_state, planned_fleet
 from testbed.controller.jobs import Job, JobManager
 from testbed.planner import Plan, make_plan
 from testbed.spec.loader import SpecError, expand, parse_set, parse_spec
+from testbed.spec.models import Experiment
 from testbed.store import RunRow, RunStore
 from testbed.workloads import (
     WORKLOADS,
@@ -105,6 +107,11 @@ class Controller:
         self.experiments_dir = Path(experiments_dir).resolve()
         self.store = RunStore(self.store_root)
         self.jobs = JobManager(self.store_root)
+        self.offer = BackendOffer()
+
+    def backends(self) -> list[dict[str, Any]]:
+        """Every registered backend and whether this host offers it now (and why not)."""
+        return self.offer.rows()
 
     # -- experiments ----------------------------------------------------------------
     def experiments(self) -> list[dict[str, Any]]:
@@ -128,16 +135,26 @@ class Controller:
     def experiment_text(self, name: str) -> str:
         return self.experiment_file(name).read_text(encoding="utf-8")
 
-    def validate(self, text: str, source: str, overrides: list[str]) -> dict[str, Any]:
-        """Validate YAML text with overrides; every problem with its YAML path and line."""
+    def _expand(self, text: str, source: str, overrides: list[str]) -> list[Experiment]:
+        """Every configuration of YAML text with overrides (SpecError: its problems)."""
+        with tempfile.TemporaryDirectory() as d:
+            p = Path(d) / (Path(source).name or "experiment.yaml")
+            p.write_text(text, encoding="utf-8")
+            return [e for _a, e in expand(p, parse_set(overrides), self.experiments_dir)]
+
+    def validate(
+        self, text: str, source: str, overrides: list[str], backend: str | None = None
+    ) -> dict[str, Any]:
+        """Validate YAML text with overrides; every problem with its YAML path and line.
+        With ``backend``: also whether this host offers it and its preflight takes the
+        experiment (:meth:`BackendOffer.refusal`, what a launch on it checks)."""
         try:
-            with tempfile.TemporaryDirectory() as d:
-                p = Path(d) / (Path(source).name or "experiment.yaml")
-                p.write_text(text, encoding="utf-8")
-                expanded = expand(p, parse_set(overrides), self.experiments_dir)
+            expanded = self._expand(text, source, overrides)
         except SpecError as e:
             return {"ok": False, "problems": problems_of(e)}
-        exp = expanded[0][1]
+        if backend is not None and (refused := self.offer.refusal(backend, expanded)):
+            return {"ok": False, "problems": refused[1], "refused": refused[0]}
+        exp = expanded[0]
         return {
             "ok": True,
             "problems": [],
@@ -159,11 +176,20 @@ class Controller:
 
     # -- launches -------------------------------------------------------------------
     def launch(
-        self, experiment: str | None, text: str | None, name: str | None, overrides: list[str]
+        self,
+        experiment: str | None,
+        text: str | None,
+        name: str | None,
+        overrides: list[str],
+        backend: str = DEFAULT_BACKEND,
     ) -> Job:
-        """Launch an experiment file by name, or YAML text (saved under ``specs/``)."""
+        """Launch an experiment file by name, or YAML text (saved under ``specs/``), on
+        ``backend``: 422 naming ``backend`` when it is unknown or not offered here now,
+        422 with the backend's refusal when its preflight refuses the experiment."""
         if (experiment is None) == (text is None):
             raise UserError(422, "give exactly one of: experiment (a file name), text (YAML)")
+        if refused := self.offer.refusal(backend):
+            raise UserError(422, *refused)
         if experiment is not None:
             path = self.experiment_file(experiment)
             text = path.read_text(encoding="utf-8")
@@ -172,9 +198,10 @@ class Controller:
             stem = Path(name or "experiment.yaml").stem or "experiment"
             digest = hashlib.sha256(text.encode()).hexdigest()[:8]
             path = self.store_root / "specs" / f"{stem}-{digest}.yaml"
-        check = self.validate(text, path.name, overrides)
+        check = self.validate(text, path.name, overrides, backend)
         if not check["ok"]:
-            raise UserError(422, "the experiment is invalid", check["problems"])
+            why = check.get("refused", "the experiment is invalid")
+            raise UserError(422, why, check["problems"])
         if experiment is None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
@@ -184,7 +211,7 @@ class Controller:
         sweep = sweep_id_of(str(path), text + json.dumps(overrides)) if total > 1 else None
         # a text's relative paths are read from the experiments folder, as in validate
         spec_dir = None if experiment is not None else self.experiments_dir
-        return self.jobs.launch(path, overrides, total, sweep, spec_dir)
+        return self.jobs.launch(path, overrides, total, sweep, spec_dir, backend)
 
     def job(self, job_id: str) -> dict[str, Any]:
         """A launch with its runs and progress (runs finished over runs planned)."""
@@ -385,7 +412,7 @@ class Controller:
         fleet = fleet_state(
             plan, self.store.events(run.run_id), self.store.metrics(run.run_id), run.status
         )
-        return {**fleet, "run_id": run.run_id}
+        return {**fleet, "run_id": run.run_id, "backend": run.backend}
 
     def timeline(self, run_id: str) -> dict[str, Any]:
         """Every workload's key metric and every event of a run on one time axis, and

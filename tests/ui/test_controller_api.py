@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import requests
 
@@ -262,3 +264,118 @@ def test_the_dashboard_starts_without_a_warning(tmp_path: Path) -> None:
     assert f"dashboard  http://127.0.0.1:{ui}" in out, out
     noise = [line for line in out.splitlines() if "arn" in line or "Upgrade" in line]
     assert noise == [], out
+
+
+# -- backends: which this host offers, and launches on them ---------------------------------
+NO_ENGINE = "no Docker engine reachable"
+SIM_REFUSES = QUICKSTART + "faults:\n  - {kind: superlink-restart, at_round: 2}\n"
+
+
+def no_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    """Point the Docker SDK at a socket nothing listens on; return where."""
+    host = f"unix://{tmp_path}/no-engine.sock"
+    monkeypatch.setenv("DOCKER_HOST", host)
+    return host
+
+
+def test_backends_say_which_this_host_offers_and_why_not(
+    controller: Controller, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from testbed.backends import BACKENDS
+
+    host = no_engine(monkeypatch, tmp_path)
+    t0 = time.monotonic()
+    rows = requests.get(f"{controller.url}/backends", timeout=30).json()
+    assert time.monotonic() - t0 < 10  # (a ping with a short timeout, not the SDK's 60 s)
+    by_name = {b["name"]: b for b in rows}
+    assert sorted(by_name) == BACKENDS.names()
+    local = by_name["local"]
+    assert (local["available"], local["reason"], local["default"]) == (True, None, True)
+    docker = by_name["docker"]
+    assert docker["available"] is False and not docker["default"]
+    assert NO_ENGINE in docker["reason"] and host in docker["reason"]
+    has_ray = importlib.util.find_spec("ray") is not None
+    assert by_name["simulation"]["available"] is has_ray
+    assert by_name["simulation"]["workloads"] == ["fl"] and local["workloads"] is None
+    # asked again within a few seconds: answered from what the controller knows (no ping)
+    pings = []
+    ping = BACKENDS["docker"].unavailable
+    monkeypatch.setattr(BACKENDS["docker"], "unavailable", lambda: pings.append(1) or ping())
+    assert requests.get(f"{controller.url}/backends", timeout=30).json() == rows
+    assert pings == []
+
+
+def test_the_controller_imports_no_backend_package(tmp_path: Path) -> None:
+    """Docker's SDK and Ray are imported when /backends is first asked, not before."""
+    code = (
+        "import sys; from testbed.controller.app import create_app; "
+        f"create_app({str(tmp_path / 'runs')!r}, {str(tmp_path)!r}); "
+        "print([m for m in ('docker', 'ray') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_launch_refuses_unknown_unavailable_and_refusing_backends(
+    controller: Controller, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    no_engine(monkeypatch, tmp_path)
+    url = f"{controller.url}/launches"
+    r = requests.post(url, json={"experiment": "tiny.yaml", "backend": "docker"}, timeout=30)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"].startswith("backend: docker is not available")
+    assert NO_ENGINE in r.json()["detail"]
+    assert [p["path"] for p in r.json()["problems"]] == ["backend"]
+    r = requests.post(url, json={"experiment": "tiny.yaml", "backend": "nonsense"}, timeout=30)
+    assert r.status_code == 422, r.text
+    assert "unknown backend 'nonsense'" in r.json()["detail"] and "local" in r.json()["detail"]
+    assert [p["path"] for p in r.json()["problems"]] == ["backend"]
+    if importlib.util.find_spec("ray") is not None:  # (else: unavailable, as docker above)
+        body = {"text": SIM_REFUSES, "name": "sim.yaml", "backend": "simulation"}
+        r = requests.post(url, json=body, timeout=30)
+        assert r.status_code == 422, r.text
+        assert "cannot be simulated by --backend simulation" in r.json()["detail"]
+        assert [p["path"] for p in r.json()["problems"]] == ["faults[0].kind"]
+        check = {"text": SIM_REFUSES, "backend": "simulation"}
+        r = requests.post(f"{controller.url}/validate", json=check, timeout=30).json()
+        assert r["ok"] is False and r["problems"][0]["path"] == "faults[0].kind"
+    # the same spec is fine where superlink-restart is (the preflight is the backend's)
+    check = {"text": SIM_REFUSES, "backend": "local"}
+    assert requests.post(f"{controller.url}/validate", json=check, timeout=30).json()["ok"]
+    assert requests.get(url, timeout=10).json() == []  # nothing was launched
+    assert not (controller.store_root / "specs").exists()  # nor saved
+
+
+@pytest.mark.slow
+def test_a_launch_runs_and_records_on_the_backend_chosen(controller: Controller) -> None:
+    """Launched on the simulation (Ray): `testbed run --backend simulation`, whose run the
+    store records as a simulation run; stopped as soon as it is recorded."""
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("needs Ray (the simulation backend)")
+    url = controller.url
+    body = {"experiment": "tiny.yaml", "backend": "simulation"}
+    r = requests.post(f"{url}/launches", json=body, timeout=30)
+    assert r.status_code == 201, r.text
+    job = r.json()
+    assert job["backend"] == "simulation"
+    cmd = psutil.Process(job["pid"]).cmdline()
+    assert cmd[cmd.index("--backend") + 1] == "simulation"
+
+    def recorded() -> dict | None:
+        j = requests.get(f"{url}/launches/{job['job_id']}", timeout=10).json()
+        if j["state"] != "running":
+            log = next((controller.store_root / "launches").glob("*.log")).read_text()
+            raise AssertionError(f"launch ended {j['state']} early:\n{log[-2000:]}")
+        return requests.get(f"{url}/runs/{j['runs'][0]}", timeout=10).json() if j["runs"] else None
+
+    def ended() -> bool:
+        j = requests.get(f"{url}/launches/{job['job_id']}", timeout=10).json()
+        return j["state"] not in ("running", "stopping")
+
+    try:
+        run = wait_for(recorded, 120, "the run to be recorded")
+        assert run["backend"] == "simulation"
+    finally:
+        requests.post(f"{url}/launches/{job['job_id']}/stop", timeout=10)
+        wait_for(ended, 90, "the launch to stop")
+    assert processes_under(controller.store_root) == []

@@ -97,6 +97,7 @@ bodies = st.one_of(
             "kind": st.one_of(st.sampled_from(["crash", "outage", "degrade"]), values),
             "node": st.one_of(st.text(max_size=10), values),
             "wait_s": st.one_of(st.floats(), values),
+            "backend": st.one_of(st.sampled_from(["local", "simulation", "nonsense"]), values),
         },
     ),
 )

@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -61,6 +62,7 @@ def test_fleet_page_draws_run_state_and_planned_fleet(app: AppTest, seeded: dict
     assert "down" in edge2 and DOWN_COLOUR in edge2  # crashed in round 2
     assert "100 Mbps / 20 ms" in dot and "1000 Mbps / 5 ms" in dot
     assert "#3fb950" in next(ln for ln in dot.splitlines() if ln.strip().startswith('"fog" ['))
+    assert any("on `local`" in c.value for c in at.caption)  # the backend it ran on
     at.radio[0].set_value("an experiment file").run()
     at.selectbox[0].set_value("tiny.yaml").run()
     dot = graph(at)
@@ -88,6 +90,28 @@ def test_experiments_page_validates_inline(app: AppTest, controller: Controller)
     assert "1 problem(s)" in texts(at)
 
 
+def test_experiments_page_offers_the_backends_this_host_has(
+    app: AppTest, controller: Controller, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")  # no engine
+    at = open_page(app, "experiments")
+    picker = next(s for s in at.selectbox if s.label == "Backend")
+    assert picker.value == "local"
+    offered = [o.split(" — ")[0] for o in picker.options]
+    assert "local" in offered and "docker" not in offered
+    [why] = [e for e in at.expander if "docker" in e.label]
+    assert "Not available on this host now" in why.label
+    assert any("**docker** — --backend docker: no Docker engine" in m.value for m in at.markdown)
+    if "simulation" not in offered:  # (no Ray here)
+        return
+    picker.set_value("simulation").run()
+    assert "valid: **quickstart** (fl)" in texts(at) and not at.button[0].disabled
+    fault = "\nfaults:\n  - {kind: superlink-restart, at_round: 2}\n"
+    at.text_area[0].set_value(at.text_area[0].value + fault).run()
+    assert "faults[0].kind: 'superlink-restart' cannot be simulated" in texts(at)
+    assert at.button[0].disabled  # Launch: the simulation refuses it
+
+
 def test_live_page_shows_curves_timeline_and_follows_new_rows(
     app: AppTest, seeded: dict, controller: Controller
 ) -> None:
@@ -95,6 +119,7 @@ def test_live_page_shows_curves_timeline_and_follows_new_rows(
     assert at.selectbox[0].value == seeded["live"]  # newest running run first
     out = texts(at)
     assert "status **running**" in out and "round 2/2" in at.get("progress")[0].proto.text
+    assert "on `local`" in out
     assert "node_down edge-2 (round 2)" in out and "fault_injected edge-2" in out
     assert len(at.get("vega_lite_chart")) == 6  # acc, loss, 2 per silo, throughput, timeline
     store = RunStore(controller.store_root)

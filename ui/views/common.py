@@ -87,6 +87,7 @@ def live_fleet(run_id: str, running: bool) -> None:
         down = [n["name"] for n in fleet["nodes"] if n["state"] != "up"]
         st.caption(
             f"round {fleet['round']} · run {fleet['run_status']}"
+            + (f" · on `{fleet['backend']}`" if fleet.get("backend") else "")
             + (f" · not up: {', '.join(down)}" if down else "")
         )
         fleet_picture(fleet)

@@ -33,15 +33,15 @@ def header(run_id: str, running: bool) -> None:
         cols = st.columns([4, 1])
         acc = run.get("final_global_acc")
         cols[0].markdown(
-            f"**{run['name']}** · `{run['run_id']}` · status **{run['status']}**"
+            f"**{run['name']}** · `{run['run_id']}` · on `{run['backend']}` · "
+            f"status **{run['status']}**"
             + (f" · final global accuracy **{acc:.3f}**" if acc is not None else "")
             + (f" · {run['wall_s']:.0f} s" if run.get("wall_s") else "")
         )
         if run.get("virtual_time_s") is not None:  # --backend simulation: its own clock
             st.markdown(
                 f"virtual clock **{run['virtual_time_s']:.1f} s** (modelled) after round "
-                f"{run['virtual_round']} · backend `{run['backend']}` (the Timeline draws"
-                " this run on its virtual clock)"
+                f"{run['virtual_round']} (the Timeline draws this run on its virtual clock)"
             )
         if run.get("cause"):  # a failed run: its first error, the node and log it came from
             st.error(f"cause: {run['cause']}", icon=":material/error:")

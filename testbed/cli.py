@@ -79,8 +79,10 @@ def validate(
     backend, checks that the fleet fits on this machine.
     """
     from testbed.backends import preflight
+    from testbed.hostfs import runner_path
     from testbed.spec.loader import SpecError, expand, parse_set
 
+    file = runner_path(file)  # (a host path, read from a compose container's /host)
     try:
         runs = expand(file, parse_set(set_ or []), spec_dir)
         cls = preflight(backend, [e for _a, e in runs], _options(False, oversubscribe), host=False)
@@ -127,9 +129,11 @@ def run(
     # controller's stop) must still interrupt the run and tear its fleet down.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     from testbed.backends import preflight
+    from testbed.hostfs import runner_path
     from testbed.runner import sweep_id_of, sweep_items
     from testbed.spec.loader import SpecError, expand, parse_set
 
+    file = runner_path(file)  # (a host path, read from a compose container's /host)
     try:
         items = sweep_items(expand(file, parse_set(set_ or []), spec_dir))
         # as validate, before recording; --cold where a backend has no cold start: refused

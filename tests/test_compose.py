@@ -37,7 +37,9 @@ def test_compose_runs_the_experiment_with_the_docker_backend(root: Path) -> None
     # the project at its host path (specs, runs), and the engine's socket
     assert tb["volumes"] == [
         "${PWD}:${PWD}",
+        "/:/host:ro",  # a spec anywhere on the host (testbed/hostfs.py)
         "${DOCKER_SOCK:-/var/run/docker.sock}:/var/run/docker.sock",
     ]
+    assert tb["environment"]["TESTBED_HOST_ROOT"] == "/host"
     assert tb["working_dir"] == "${PWD}"
     assert tb["environment"]["DOCKER_HOST"] == "unix:///var/run/docker.sock"

@@ -43,12 +43,30 @@ HEADER = """\
 #   EXPERIMENT=experiments/failure_study_quick.yaml \\
 #     docker compose up --exit-code-from testbed testbed
 #
-# Run it from the project directory: `testbed` mounts it (${{PWD}}) at the same path, so
-# EXPERIMENT is any spec under it and runs land in ./runs with host paths. The runner
+# Run it from the project directory: `testbed` mounts it (${{PWD}}) at the same path, and
+# the host's root read-only at /host: EXPERIMENT is a spec anywhere on the host (a path
+# relative to the project directory, or absolute), and runs land in ./runs. The runner
 # starts one container per node through the engine's socket (DOCKER_SOCK, default
 # /var/run/docker.sock); `--exit-code-from testbed` makes the run's failure the
 # command's. `docker compose up controller ui`: the dashboard on http://127.0.0.1:8501.
 """
+
+
+#: What a service that starts runs on the engine mounts: the project folder at its own
+#: path, the host's root read-only at /host (a spec anywhere: :mod:`testbed.hostfs`) and
+#: the engine's socket.
+ENGINE_VOLUMES = (
+    "${PWD}:${PWD}",
+    "/:/host:ro",
+    "${DOCKER_SOCK:-/var/run/docker.sock}:/var/run/docker.sock",
+)
+
+
+def engine_env(image: str) -> dict[str, str]:
+    """The environment of a service that starts runs on the engine."""
+    from testbed.hostfs import ENV
+
+    return {"DOCKER_HOST": "unix:///var/run/docker.sock", "TESTBED_IMAGE": image, ENV: "/host"}
 
 
 def render_compose(plan: Plan, spec_path: str, image: str = "continuum-testbed:latest") -> str:
@@ -65,13 +83,9 @@ def render_compose(plan: Plan, spec_path: str, image: str = "continuum-testbed:l
                 "args": {"BASE_IMAGE": "${BASE_IMAGE:-python:3.11-slim}"},
             },
             "working_dir": "${PWD}",
-            "volumes": [
-                "${PWD}:${PWD}",
-                "${DOCKER_SOCK:-/var/run/docker.sock}:/var/run/docker.sock",
-            ],
+            "volumes": [*ENGINE_VOLUMES],
             "environment": {
-                "DOCKER_HOST": "unix:///var/run/docker.sock",
-                "TESTBED_IMAGE": image,
+                **engine_env(image),
                 "COLUMNS": "${COLUMNS:-200}",  # compose's log is no terminal: paths unwrapped
             },
             "command": [
@@ -88,8 +102,8 @@ def render_compose(plan: Plan, spec_path: str, image: str = "continuum-testbed:l
     services["controller"] = {  # the dashboard's API; launched runs go to the same store
         **common,
         "working_dir": "${PWD}",
-        "volumes": ["${PWD}:${PWD}"],
-        "environment": {"TESTBED_TOKEN": "${TESTBED_TOKEN:-}"},
+        "volumes": [*ENGINE_VOLUMES],  # (it launches runs on docker too: the dashboard)
+        "environment": {**engine_env(image), "TESTBED_TOKEN": "${TESTBED_TOKEN:-}"},
         "command": ["testbed", "controller", "--out", "${PWD}/runs", "--port", "8000"],
     }
     services["ui"] = {

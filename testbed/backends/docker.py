@@ -49,13 +49,14 @@ from testbed.backends.docker_node import (
     ContainerProcess,
     DockerNode,
     container_limits,
-    function_dirs,
     in_image,
+    input_dirs,
     memory_mb_of,
 )
 from testbed.backends.host_limits import Host, capped, check_limits, grouped
 from testbed.backends.local import REGISTER_TIMEOUT_S, LocalBackend
 from testbed.emulation.container_net import InContainer, attach_netns
+from testbed.hostfs import host_path
 from testbed.planner import Plan, PlannedNode, make_plan
 from testbed.procs import free_port, wait_port
 from testbed.reaper import write_fleet_file
@@ -253,9 +254,9 @@ class DockerBackend(LocalBackend):
         if gated:
             gate = shlex.quote(str(net_gate(self.run_dir, name)))
             shell = f"while [ ! -e {gate} ]; do sleep 0.05; done; {shell}"
-        mount = str(self.run_dir)
-        volumes = {d: {"bind": d, "mode": "ro"} for d in ro}
-        volumes[mount] = {"bind": mount, "mode": "rw"}
+        mount = str(self.run_dir)  # (host paths as the engine knows them: hostfs)
+        volumes = {host_path(d): {"bind": d, "mode": "ro"} for d in ro}
+        volumes[host_path(mount)] = {"bind": mount, "mode": "rw"}
         if "cpu_quota" in limits:
             self.base_cpus[name] = limits["cpu_quota"] / limits["cpu_period"]
         container: Container = self.client.containers.run(
@@ -310,7 +311,8 @@ class DockerBackend(LocalBackend):
         host = "0.0.0.0" if netem else "127.0.0.1"
         cmd = ["testbed", "node", "superlink", "--port", str(port), "--host", host]
         net = "none" if netem else "host"
-        self._run(server.name, [*cmd, "--database", str(db)], {}, network=net)
+        inputs = input_dirs(self.plan.experiment, self.run_dir)
+        self._run(server.name, [*cmd, "--database", str(db)], {}, inputs, network=net)
         if netem:  # the SuperLink container's namespace is the links' server side
             self.netns = f"ct-{self._run_tag}-srv"
             attach_netns(self.netns, self._pid(server.name))
@@ -412,7 +414,8 @@ class DockerBackend(LocalBackend):
         cmd += ["--ready-file", str(self._ready_file(name))] if self.warm else ["--cold"]
         self._cmds[name], self.node_ports[name] = cmd, port
         net = "none" if netem else "host"
-        self._run(name, cmd, self._limits(node), network=net, gated=netem)
+        inputs = input_dirs(self.plan.experiment, self.run_dir)
+        self._run(name, cmd, self._limits(node), inputs, network=net, gated=netem)
         self._plumb(name)
         return port, self.proc(name)
 
@@ -444,8 +447,8 @@ class DockerBackend(LocalBackend):
         limits = container_limits(
             node, nodes.index(node.name), host, self.host.memory_mb, self.oversubscribe
         )
-        ro = function_dirs(self.plan.experiment, self.run_dir)
-        self._run(key, in_image(self._cmds[key]), limits, ro)
+        inputs = input_dirs(self.plan.experiment, self.run_dir)
+        self._run(key, in_image(self._cmds[key]), limits, inputs)
         if not self._watcher.is_alive():
             self._watcher.start()
         return self.node_ports[key], self.proc(key)

@@ -77,16 +77,33 @@ def in_image(cmd: list[str]) -> list[str]:
     return ["python", *cmd[1:]] if cmd and cmd[0] == sys.executable else list(cmd)
 
 
-def function_dirs(exp: Experiment, run_dir: Path) -> tuple[str, ...]:
-    """Folders of the experiment's function modules (``workload.functions``), which a
-    node's function runtime imports by their host path: mounted read-only at the same
-    path in its container (those under the run folder are there already)."""
+def input_dirs(exp: Experiment, run_dir: Path) -> tuple[str, ...]:
+    """Folders a node container needs from the host, mounted read-only at the runner's
+    paths: those of the experiment's function modules (``workload.functions``, imported
+    by path) and of every file or folder the resolved spec names (datasets, traces,
+    apps: absolute after loading, :data:`kernel.frozen.SpecPath`). Those under the run
+    folder are there already."""
     from nodes.functions.workloads import module_path
 
     spec = getattr(exp.workload, "functions", None)
     fns = spec.functions if spec is not None else ()
     dirs = {str(module_path(fn.module).resolve().parent) for fn in fns}
-    return tuple(sorted(d for d in dirs if not Path(d).is_relative_to(run_dir)))
+    for value in _strings(exp.model_dump(mode="json")):
+        path = Path(value)
+        if path.is_absolute() and path != Path("/") and path.exists():
+            dirs.add(str(path if path.is_dir() else path.parent))
+    return tuple(sorted(d for d in dirs if d != "/" and not Path(d).is_relative_to(run_dir)))
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string in a dumped spec (nested dicts and lists)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
 
 
 def memory_mb_of(usage: int, cache: int) -> float:

@@ -58,12 +58,15 @@ COPY nodes/ nodes/
 COPY radio/ radio/
 COPY ui/ ui/
 COPY experiments/ experiments/
+# /app/.source-hash: which sources the image holds (a stale image is refused by the
+# runner: testbed/backends/image_source.py).
 # Editable: testbed.backends.local finds the Flower app at <source root>/nodes/fl/app,
 # which must be /app, not site-packages. pyproject names README.md as readme; write a
 # stub when the context has none so the metadata build cannot fail on it.
 RUN set -eu; \
     test -f README.md || echo "# continuum-testbed" > README.md; \
     pip install --no-deps --no-build-isolation --no-index -e . ; \
+    python3 -m testbed.backends.image_source /app > /app/.source-hash; \
     testbed --help > /dev/null; \
     python3 -c "import testbed.backends.local as l; assert (l.APP_DIR / 'pyproject.toml').is_file(), l.APP_DIR"
 CMD ["testbed", "--help"]

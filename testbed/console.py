@@ -281,6 +281,8 @@ def fleet_lines(s: dict[str, Any]) -> list[str]:
 
         lines.append(escape(f"limits: {len(capped)} node(s) above this host"))
         lines += [escape(f"  {line}") for line in grouped(capped)]
+    if s.get("in_process"):
+        lines.append(escape(f"where: {s['in_process']}"))
     if s.get("ignored"):
         lines.append(escape(f"ignored: {s['ignored']}"))
     return lines

@@ -174,16 +174,21 @@ def run_workloads(ctx: RunContext) -> dict[str, Any]:
     (:mod:`testbed.workloads.together`); every row is tagged with its workload."""
     from dataclasses import replace
 
+    from testbed.workloads.base import LibraryWorkload
     from testbed.workloads.together import run_together
 
     sections = ctx.experiment.workload.sections
     if len(sections) > 1:
         return run_together(ctx, sections)
     store = ctx.store.tagged(sections[0])
+    wl = workload(sections[0])
     try:
-        return workload(sections[0]).run(replace(ctx, store=store, section=sections[0]))
+        summary = wl.run(replace(ctx, store=store, section=sections[0]))
     finally:
         store.close()
+    if ctx.backend != "local" and isinstance(wl, LibraryWorkload):  # said, not silent
+        summary["in_process"] = f"workload.{sections[0]} ran in {wl.runs_in}"
+    return summary
 
 
 def _cause(ctx: RunContext, summary: dict[str, Any]) -> dict[str, Any] | None:

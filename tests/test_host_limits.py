@@ -95,3 +95,15 @@ def test_validate_and_run_answer_alike_and_oversubscribe_is_docker_only(tmp_path
     assert ok.exit_code == 0 and "(oversubscribed)" in ok.output, ok.output
     with pytest.raises(NotSupported, match="--oversubscribe: .* --backend local"):
         preflight("local", [parse_spec(BIG)], {"oversubscribe": True}, host=False)
+
+
+def test_in_process_workloads_say_where_they_run_off_the_local_backend() -> None:
+    from testbed.backends.docker import DockerBackend
+    from testbed.console import fleet_lines
+
+    text = Path("experiments/tt_edge.yaml").read_text()
+    notes = DockerBackend.notes([parse_spec(text, folder=Path("experiments").resolve())])
+    assert any(n.startswith("workload.compress runs in the runner's own process") for n in notes)
+    assert not any("workload.fl" in n for n in DockerBackend.notes([parse_spec(BIG)]))
+    lines = fleet_lines({"in_process": "workload.compress ran in the runner's own process"})
+    assert lines == ["where: workload.compress ran in the runner's own process"]

@@ -54,6 +54,7 @@ from testbed.backends.docker_node import (
     memory_mb_of,
 )
 from testbed.backends.host_limits import Host, capped, check_limits, grouped
+from testbed.backends.image_source import checkout_hash, image_hash
 from testbed.backends.local import REGISTER_TIMEOUT_S, LocalBackend
 from testbed.emulation.container_net import InContainer, attach_netns
 from testbed.hostfs import host_path
@@ -110,17 +111,29 @@ def image_name() -> str:
 
 
 def check_image(client: docker.DockerClient, image: str) -> None:
-    """ValueError with the build command when ``image`` is not on the engine."""
+    """ValueError with the build command when ``image`` is not on the engine, or was
+    built from other sources than this checkout's (:mod:`image_source`: its node
+    containers would run other code than the runner)."""
+    build = (
+        f"Build it: `DOCKER_BUILDKIT=0 docker build --network host -t {image} .` in "
+        "the project's root (`make test-docker` builds it offline from a wheelhouse), "
+        f"or name another image with {IMAGE_ENV}"
+    )
     try:
         client.images.get(image)
     except ImageNotFound:
         raise ValueError(
             f"--backend docker: image {image!r} is not on the engine at "
-            f"DOCKER_HOST={docker_host()}. "
-            f"Build it: `DOCKER_BUILDKIT=0 docker build --network host -t {image} .` in "
-            "the project's root (`make test-docker` builds it offline from a wheelhouse), "
-            f"or name another image with {IMAGE_ENV}"
+            f"DOCKER_HOST={docker_host()}. {build}"
         ) from None
+    built_from, here = image_hash(client, image), checkout_hash()
+    if built_from != here:
+        what = "records no sources" if built_from is None else f"sources {built_from[:12]}"
+        raise ValueError(
+            f"--backend docker: image {image!r} is stale: it was built from other sources "
+            f"than this checkout ({what}; here {here[:12]}), so its node containers "
+            f"would run other code than the runner. {build.replace('Build', 'Rebuild')}"
+        )
 
 
 def _ended(state: dict[str, Any]) -> str | None:
@@ -222,10 +235,19 @@ class DockerBackend(LocalBackend):
     def notes(
         cls, experiments: Sequence[Experiment], options: Mapping[str, Any] | None = None
     ) -> list[str]:
-        """Per node above this host, what its container gets (``limits_capped``)."""
+        """Per node above this host, what its container gets (``limits_capped``), and
+        the workloads that run in the runner's process, not in a container."""
+        from testbed.workloads import workload
+        from testbed.workloads.base import LibraryWorkload
+
         host, over = Host.measure(), bool((options or {}).get("oversubscribe"))
         plans = [make_plan(e) for e in experiments[:1]]  # (a sweep's fleets are alike)
-        return [f"limits: {line}" for p in plans for line in grouped(capped(p, host, over))]
+        out = [f"limits: {line}" for p in plans for line in grouped(capped(p, host, over))]
+        for section in experiments[0].workload.sections if experiments else ():
+            wl = workload(section)
+            if isinstance(wl, LibraryWorkload):
+                out.append(f"workload.{section} runs in {wl.runs_in}")
+        return out
 
     # -- containers ---------------------------------------------------------------------
     def _env(self, name: str) -> dict[str, str]:

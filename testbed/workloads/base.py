@@ -147,6 +147,7 @@ FLEET_KEYS = (
     "links_fallback",
     "links_modelled",
     "limits_capped",
+    "in_process",
     "clock",
     "ray",
     "ignored",
@@ -264,6 +265,12 @@ class LibraryWorkload:
     section: ClassVar[str]
     spec_model: ClassVar[type[BaseModel]]
     page: ClassVar[Page | None] = None
+    #: Where it runs, whatever the backend (said by ``validate`` and the run's summary
+    #: off the local backend: it makes no node container or Ray actor).
+    runs_in: ClassVar[str] = (
+        "the runner's own process (an in-process workload: no fleet, so no node "
+        "container; its compute is this host's)"
+    )
 
     def write_report(self, store: RunStore, sweep_id: str, out: Path) -> tuple[Path, Path]:
         raise ValueError(

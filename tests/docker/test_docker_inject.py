@@ -24,6 +24,7 @@ from tests.docker.conftest import docker_run, labelled_containers
 
 ROUNDS = 6
 SLOWDOWN = 3.0
+PARTITION_S = 25  # > round_timeout_s: the partition must cost edge-2 a round
 STRETCH_TOL = 0.8  # named tolerance: a straggled round's device time >= this x factor x CPU
 
 SPEC = f"""\
@@ -80,7 +81,9 @@ def test_inject_and_the_chaos_api_act_on_containers(
         assert r.returncode == 0 and "applied" in r.stdout, r.stdout + r.stderr
         assert _state(engine, run.run_id, "edge-1") == "exited"  # docker kill
         api = TestClient(create_app(out, root / "experiments"))
-        body = {"kind": "partition", "node": "edge-2", "duration_s": 6, "wait_s": 15}
+        # longer than a round's deadline (20 s): the round in progress cannot get
+        # edge-2's reply while its link is cut
+        body = {"kind": "partition", "node": "edge-2", "duration_s": PARTITION_S, "wait_s": 15}
         resp = api.post(f"/runs/{run.run_id}/inject", json=body)
         assert resp.status_code == 201 and resp.json()["status"] == "applied", resp.text
         r = _cli(
@@ -103,6 +106,13 @@ def test_inject_and_the_chaos_api_act_on_containers(
     assert {("link_healed", "edge-2"), ("straggler_set", "edge-3")} <= seen
     status = {(r, n): s for r, n, s, _w in store.round_status(run.run_id)}
     assert status[(ROUNDS, "edge-1")] in ("excluded", "failed")
+    # the partition's effect, not only its event: the round in progress when the link
+    # was cut ends without edge-2's reply (late or failed), and once healed it answers
+    cut = next(e.ts for e in events if (e.kind, e.node) == ("link_partitioned", "edge-2"))
+    during = [r for r, n, s, _why, ts in store.round_status(run.run_id, with_ts=True)
+              if n == "edge-2" and ts > cut and s != "completed"]  # fmt: skip
+    assert during, status
+    assert status[(ROUNDS, "edge-2")] == "completed", status
     until = next(e.data_dict["until_round"] for e in events if e.kind == "straggler_set")
     train = {  # the training's CPU time: the work the straggler factor multiplies
         m.round: m.value or 0

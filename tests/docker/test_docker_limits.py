@@ -46,9 +46,13 @@ def test_profile_cores_and_memory_become_quota_cpuset_and_memory_limit() -> None
     assert first["mem_limit"] == first["memswap_limit"] == "512m"
     # one core each, round-robin over the host's CPUs, as the local backend pins
     assert (first["cpuset_cpus"], second["cpuset_cpus"]) == ("0", "1")
-    big = container_limits(nodes["big"], 2, host)  # 16 cores on a 2-CPU host
+    # a profile above the host (fog-server: 16 cores, 64 GB): the host's CPUs and memory,
+    # said by validate and the run (tests/test_host_limits.py), or its memory on request
+    big = container_limits(nodes["big"], 2, host, host_memory_mb=8000)
     assert big["cpu_quota"] == 2 * PERIOD_US and "cpuset_cpus" not in big
-    assert big["mem_limit"] == "65536m"
+    assert big["mem_limit"] == big["memswap_limit"] == "8000m"
+    over = container_limits(nodes["big"], 2, host, host_memory_mb=8000, oversubscribe=True)
+    assert over["mem_limit"] == "65536m"
 
 
 def test_memory_as_docker_stats_shows_it() -> None:

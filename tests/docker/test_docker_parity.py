@@ -11,12 +11,19 @@ from typing import Any, NamedTuple
 import docker
 import pytest
 
+from testbed.planner import make_plan
 from testbed.runner import run_experiment
 from testbed.spec.loader import parse_spec
 from testbed.store import RunStore
 from tests.docker.conftest import labelled_containers
 
 BYTES_TOL = 0.15  # named tolerance: relative difference of a node's link bytes up/down
+PARTITION_S = 20  # edge-1's partition, from round 2's start
+SLOWDOWN = 2.0  # edge-2's straggler factor in round 3
+#: named tolerance: round 2 lasts at least this share of the partition (edge-1's reply
+#: is held until the heal), and the straggled round's device time at least this share
+#: of SLOWDOWN x the node's device time in its other rounds
+EFFECT_TOL = 0.8
 MB = 2**20
 
 PARITY = """\
@@ -37,8 +44,8 @@ links:
 workload:
   fl: {rounds: 4, local_epochs: 1, round_timeout_s: 30}
 faults:
-  - {kind: partition, node: edge-1, at_round: 2, duration_s: 20}
-  - {kind: straggler, node: edge-2, at_round: 3, rounds: 1, factor: 2.0}
+  - {kind: partition, node: edge-1, at_round: 2, duration_s: 20}  # PARTITION_S
+  - {kind: straggler, node: edge-2, at_round: 3, rounds: 1, factor: 2.0}  # SLOWDOWN
   - {kind: crash, node: edge-3, at_round: 4}
 """
 # Timing: the round timeout (30 s) leaves ~10 s between the partition's heal (20 s into
@@ -54,6 +61,9 @@ class Record(NamedTuple):
     bytes: dict[tuple[str, str], float]
     kinds: set[tuple[str, str | None]]
     limits: dict[str | None, dict[str, Any]]
+    round_s: dict[int, float]  # round_duration_s
+    device_s: dict[int, float]  # edge-2's device_time_s per round
+    cpu_s: dict[int, float]  # edge-2's train_cpu_s per round (the work stretched)
 
 
 def _record(store: RunStore, run_id: str) -> Record:
@@ -67,7 +77,30 @@ def _record(store: RunStore, run_id: str) -> Record:
         },
         kinds={(e.kind, e.node) for e in events},
         limits={e.node: json.loads(e.data) for e in events if e.kind == "node_limits"},
+        round_s=_per_round(store, run_id, "round_duration_s", None),
+        device_s=_per_round(store, run_id, "device_time_s", "edge-2"),
+        cpu_s=_per_round(store, run_id, "train_cpu_s", "edge-2"),
     )
+
+
+def _per_round(store: RunStore, run_id: str, name: str, node: str | None) -> dict[int, float]:
+    return {
+        m.round: m.value or 0.0
+        for m in store.metrics(run_id, name)
+        if m.round is not None and m.node == node
+    }
+
+
+def _faults_took_effect(rec: Record, speed: float) -> None:
+    """The partition and the straggler changed the run, not only its events: edge-1's
+    reply is held until the heal, so round 2 lasts about the partition; edge-2's device
+    time in round 3 covers its training's CPU time stretched by its profile's speed
+    ``speed`` and the factor (a loaded host may stretch the wall time, never less). The
+    timeout, 30 s, keeps both within their rounds, so the statuses compared stay
+    deterministic."""
+    assert rec.round_s[2] >= EFFECT_TOL * PARTITION_S, rec.round_s
+    stretched = SLOWDOWN * rec.cpu_s[3] / speed
+    assert rec.device_s[3] >= EFFECT_TOL * stretched, (rec.device_s, rec.cpu_s, speed)
 
 
 def test_local_and_docker_agree(engine: docker.DockerClient, tmp_path: Path) -> None:
@@ -79,6 +112,9 @@ def test_local_and_docker_agree(engine: docker.DockerClient, tmp_path: Path) -> 
         assert res.status == "completed", (backend, res.summary)
         got[backend] = _record(store, res.run_id)
     local, dock = got["local"], got["docker"]
+    speed = next(n for n in make_plan(exp).clients if n.name == "edge-2").profile.cpu_speed_factor
+    _faults_took_effect(local, speed)
+    _faults_took_effect(dock, speed)
     assert dock.status == local.status
     assert len(local.status) == 4 * 4
     for key, v in local.bytes.items():

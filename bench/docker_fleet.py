@@ -15,10 +15,23 @@ Needs an engine at DOCKER_HOST holding the image (``make test-docker`` builds bo
   with N client containers; the round's status per node, the fleet's start time
   against its start-up budget (``start_timeout_s``), wall time, memory per container
   (``docker stats``) and the host's available memory.
+- ``ready N``: the fleet's ready time (issue 26) on ``local`` and on ``docker`` back to
+  back, same generated spec (N client nodes + the server, warm executors, ``links.mode:
+  proxy``, fl): seconds from ``start()`` called to returned (every SuperNode
+  registered), as a run starts its fleet; their ratio docker/local (goal <= 1.5). The
+  backend that goes first alternates from one start to the next (local first at the
+  first). ``--backends local`` measures one backend only.
+- ``continuum``: experiments/continuum.yaml, shortened (:data:`CONTINUUM_SETS`), run
+  by ``python -m testbed run`` on ``local`` then on ``docker``, each into a store of
+  its own; wall time and each workload's headline figures side by side, read from the
+  stores' run summaries. ``--read LOCAL_STORE[:RUN] DOCKER_STORE[:RUN]`` prints the
+  comparison of runs already made (default: each store's latest run) without running.
 
     python bench/docker_fleet.py start 4 16 32
     python bench/docker_fleet.py rounds [--spec experiments/quickstart.yaml]
     python bench/docker_fleet.py fleet 16 32
+    python bench/docker_fleet.py ready 4 16 32 [--repeat 1] [--backends local docker]
+    python bench/docker_fleet.py continuum [--out DIR]
 
 Run it against the private engine of ``make test-docker`` with
 ``bash docker/with-engine.sh python bench/docker_fleet.py ...`` (root).
@@ -28,17 +41,22 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from testbed.backends import preflight  # noqa: E402
 from testbed.backends.docker import DockerBackend, connect, remove_containers  # noqa: E402
 from testbed.backends.docker_net import start_timeout_s  # noqa: E402
+from testbed.backends.local import LocalBackend  # noqa: E402
 from testbed.planner import make_plan  # noqa: E402
 from testbed.runner import run_experiment  # noqa: E402
 from testbed.spec.loader import load_spec, parse_spec  # noqa: E402
@@ -56,10 +74,14 @@ links: {{mode: none}}
 """
 
 
+def loadavg() -> str:
+    """The machine's load average, 1/5/15 min."""
+    return "/".join(f"{v:.1f}" for v in os.getloadavg())
+
+
 def load() -> str:
     """The machine's load average (1, 5, 15 min) and CPU count, as a label."""
-    one, five, fifteen = os.getloadavg()
-    return f"load {one:.1f}/{five:.1f}/{fifteen:.1f} on {os.cpu_count()} CPUs"
+    return f"load {loadavg()} on {os.cpu_count()} CPUs"
 
 
 def available_mb() -> float:
@@ -184,6 +206,263 @@ def cmd_fleet(sizes: list[int]) -> None:
             )
 
 
+READY = """\
+name: bench-docker-ready
+seed: 1
+fleet:
+  nodes:
+    - {{id: cloud, tier: cloud}}
+    - {{id: edge, tier: edge, profile: {{cpu_cores: 1, memory_mb: 1024}}, count: {n}}}
+links:
+  mode: proxy
+  defaults:
+    edge-cloud: {{bandwidth_mbps: 100, latency_ms: 20}}
+workload:
+  fl: {{rounds: 1}}
+"""
+READY_GOAL = 1.5  # docker / local ready time (issue 26)
+
+
+def ready_once(backend: str, n: int, work: Path) -> tuple[float, int]:
+    """Start the :data:`READY` fleet of ``n`` client nodes on ``backend`` as a run does
+    (its preflight, its class with the run's default options: warm executors), then stop
+    it; return the seconds ``start()`` took (it returns once every SuperNode registered
+    or its wait ran out) and how many client nodes had registered by then."""
+    exp = parse_spec(READY.format(n=n))
+    cls = preflight(backend, [exp])  # (the engine and image too, for docker)
+    run_dir = work / f"ready-{backend}-{n}-{secrets.token_hex(3)}"  # (names its containers)
+    run_dir.mkdir(parents=True)  # (as the runner makes it before the backend starts)
+    be = cls(make_plan(exp), run_dir)
+    assert isinstance(be, LocalBackend)  # (docker's is one too)
+    t0 = time.monotonic()
+    try:
+        be.start()
+        up = time.monotonic() - t0
+        return up, len(be.registered())
+    finally:
+        be.stop()
+
+
+def ready_order(trial: int, backends: list[str]) -> list[str]:
+    """The backends in the order start ``trial`` (0, 1, ...) measures them: as given at
+    even trials, reversed at odd ones (neither always starts on a quiet machine)."""
+    return list(backends) if trial % 2 == 0 else list(reversed(backends))
+
+
+def cmd_ready(sizes: list[int], backends: list[str], repeat: int) -> None:
+    """Per fleet size, the ready time on each backend (median of ``repeat`` starts)
+    and the ratio docker/local; then one table of them all."""
+    rows = []
+    trial = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in sizes:
+            before = loadavg()
+            got: dict[str, list[float]] = {b: [] for b in backends}
+            for _ in range(repeat):
+                order = ready_order(trial, backends)
+                trial += 1
+                print(f"[{load()}] {n} client nodes, {' then '.join(order)} ...", flush=True)
+                for b in order:
+                    try:
+                        up, reg = ready_once(b, n, Path(tmp))
+                    except Exception as e:  # (a fleet that never gets ready is a result)
+                        print(f"  {b}: failed to start ({e})  [{load()}]", flush=True)
+                        continue
+                    got[b].append(up)
+                    print(f"  {b}: ready in {up:.2f} s, {reg}/{n} registered  [{load()}]",
+                          flush=True)  # fmt: skip
+            med = {b: statistics.median(v) if v else float("nan") for b, v in got.items()}
+            rows.append((n, med, before, loadavg()))
+    print(f"\nready time, measured (median of {repeat}; start() called to returned):")
+    print("| client nodes | " + " | ".join(f"{b} s" for b in backends)
+          + " | docker/local | load (1/5/15 min) before -> after |")  # fmt: skip
+    print("|---" * (len(backends) + 3) + "|")
+    for n, med, before, after in rows:
+        ratio = med["docker"] / med["local"] if {"docker", "local"} <= set(med) else None
+        ratio_s = f"{ratio:.2f} (goal <= {READY_GOAL})" if ratio is not None else "-"
+        times = " | ".join(f"{med[b]:.2f}" for b in backends)
+        print(f"| {n} | {times} | {ratio_s} | {before} -> {after} |")
+
+
+CONTINUUM = ROOT / "experiments" / "continuum.yaml"
+#: The shortened continuum run (about 1.5 min of workload instead of 3-4).
+CONTINUUM_SETS = (
+    "workload.fl.rounds=3",
+    "workload.functions.duration_s=40",
+    "workload.semantic_offload.requests=60",
+    "workload.semantic_offload.model.quick_train_steps=60",
+)
+MEASURED = "measured"
+Figures = dict[str, tuple[str, Any]]  # figure -> (how it was obtained, value)
+
+
+def run_cli(backend: str, out: Path) -> tuple[float, int]:
+    """``python -m testbed run`` the shortened continuum spec on ``backend`` into the
+    store ``out`` (its output in ``out/testbed-run.log``); its wall time and exit code."""
+    cmd = [sys.executable, "-m", "testbed", "run", str(CONTINUUM), "--backend", backend,
+           "--out", str(out)]  # fmt: skip
+    for s in CONTINUUM_SETS:
+        cmd += ["--set", s]
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with open(out / "testbed-run.log", "w") as log:
+        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    return time.monotonic() - t0, rc
+
+
+def pick_run(where: str) -> tuple[RunStore, str]:
+    """The store and run named by ``STORE[:RUN]`` (a run id or unique prefix; default:
+    the store's latest run)."""
+    root, _, run = where.partition(":")
+    store = RunStore(root)
+    if run:
+        return store, store.run(run).run_id
+    runs = store.runs()
+    if not runs:
+        raise LookupError(f"{root}: no run in this store")
+    return store, runs[-1].run_id
+
+
+def run_figures(store: RunStore, run_id: str) -> Figures:
+    """The run's status, wall time (its summary's ``wall_s``) and fleet start time
+    (``fleet_starting`` to ``fleet_ready``), then each workload's headline figures."""
+    row = store.run(run_id)
+    summary = row.summary_dict
+    ts: dict[str, float] = {}
+    for e in store.events(run_id):
+        ts.setdefault(e.kind, e.ts)
+    start, ready = ts.get("fleet_starting"), ts.get("fleet_ready")
+    why = f": {summary['reason'][:80]}" if "reason" in summary else ""
+    out: Figures = {
+        "run": ("", f"{run_id} ({row.backend})"),
+        "status": ("", row.status + why),
+        "wall, the run's own (s)": (MEASURED, summary.get("wall_s")),
+        "fleet start -> ready (s)": (MEASURED, ready - start if start and ready else None),
+    }
+    wl = summary.get("workloads", {})  # (a run of one workload: its figures at the top)
+    out.update(fl_figures(wl.get("fl", summary if "final_global_acc" in summary else {})))
+    out.update(functions_figures(wl.get("functions", {})))
+    out.update(offload_figures(wl.get("semantic_offload", {})))
+    return out
+
+
+def fl_figures(fl: dict[str, Any]) -> Figures:
+    """FL: final global accuracy, median round time, (round, node) pairs completed."""
+    if not fl:
+        return {}
+    dur = list(fl.get("round_duration_s", {}).values())
+    st = [s for rounds in fl.get("node_status", {}).values() for s in rounds.values()]
+    return {
+        "fl: final_global_acc": (MEASURED, fl.get("final_global_acc")),
+        "fl: median round time (s)": (MEASURED, statistics.median(dur) if dur else None),
+        "fl: (round, node) completed": (MEASURED, f"{st.count('completed')}/{len(st)}"),
+    }
+
+
+def functions_figures(fn: dict[str, Any]) -> Figures:
+    """Functions: per function, SLO attainment, p95 and requests (latency: measured
+    network time plus the node's device time, as its ``timing`` tag says), and where it
+    ran; then the requests answered, failed and unanswered."""
+    out: Figures = {}
+    for name, f in fn.get("functions", {}).items():
+        how = f"{MEASURED} (device time: {', '.join(f.get('timing', [])) or '?'})"
+        viol = f.get("slo_violation_pct")
+        met = None if viol is None else 100.0 - viol
+        where = f"{f.get('node')}, {f.get('start_backend')} -> {f.get('end_backend')}"
+        out[f"functions {name}: SLO {f.get('slo_ms')} ms attained (%)"] = (how, met)
+        out[f"functions {name}: p95 (ms)"] = (how, f.get("p95_ms"))
+        out[f"functions {name}: requests (errors)"] = (
+            MEASURED,
+            f"{f.get('requests')} ({f.get('errors')})",
+        )
+        out[f"functions {name}: node, backend start -> end"] = ("", where)
+    if fn:
+        keys = ("requests_ok", "requests_failed", "requests_unanswered")
+        counts = " / ".join(str(fn.get(k)) for k in keys)
+        out["functions: requests ok / failed / unanswered"] = (MEASURED, counts)
+    return out
+
+
+def offload_figures(so: dict[str, Any]) -> Figures:
+    """Semantic offload: per scheme, the tasks' accuracy (mean, and each) and the
+    end-to-end time of an inference (device times stretched), answers."""
+    out: Figures = {}
+    if so:
+        out["semantic_offload: status"] = ("", so.get("status"))
+    acc_how = so.get("kinds", {}).get("accuracy", MEASURED)
+    for scheme, r in so.get("schemes", {}).items():
+        acc, e2e = r.get("accuracy", {}), r.get("e2e_s")
+        head = f"semantic_offload {scheme}"
+        mean = statistics.mean(acc.values()) if acc else None
+        out[f"{head}: accuracy, mean of tasks"] = (acc_how, mean)
+        out[f"{head}: accuracy per task"] = (
+            acc_how,
+            ", ".join(f"{t} {a:.3f}" for t, a in acc.items()),
+        )
+        e2e_ms = None if e2e is None else 1000 * e2e
+        out[f"{head}: e2e (ms)"] = (f"{MEASURED} (device times stretched)", e2e_ms)
+        out[f"{head}: answers"] = (MEASURED, r.get("answers"))
+    return out
+
+
+def cell(v: Any) -> str:
+    """A figure as a markdown table cell."""
+    if v is None:
+        return "-"
+    text = f"{v:.4g}" if isinstance(v, float) else str(v)
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def time_ratio(key: str, local: Any, docker: Any) -> str:
+    """docker / local of a time (a figure in s or ms), else ``-``."""
+    timed = key.endswith(("(s)", "(ms)"))
+    if timed and isinstance(local, float) and isinstance(docker, float) and local:
+        return f"{docker / local:.2f}"
+    return "-"
+
+
+def side_by_side(local: Figures, docker: Figures) -> str:
+    """A markdown table of both runs' figures (those of either), with the ratio
+    docker/local of the times."""
+    lines = ["| figure | how | local | docker | docker/local |", "|---|---|---|---|---|"]
+    for key in dict.fromkeys([*local, *docker]):
+        how = local.get(key, docker.get(key, ("", None)))[0]
+        lv, dv = local.get(key, ("", None))[1], docker.get(key, ("", None))[1]
+        ratio = time_ratio(key, lv, dv)
+        lines.append(f"| {key} | {how} | {cell(lv)} | {cell(dv)} | {ratio} |")
+    return "\n".join(lines)
+
+
+def cmd_continuum(out: Path | None, read: list[str] | None) -> None:
+    """Run the shortened continuum spec on local then docker (or read runs already
+    made: ``read``) and print their figures side by side."""
+    figs: dict[str, Figures] = {}
+    if read:
+        for backend, where in zip(("local", "docker"), read, strict=True):
+            figs[backend] = run_figures(*pick_run(where))
+        print(side_by_side(figs["local"], figs["docker"]))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        root = out or Path(tmp)
+        for backend in ("local", "docker"):
+            print(f"[{load()}] continuum (shortened) on {backend} ...", flush=True)
+            before = loadavg()
+            wall, rc = run_cli(backend, root / backend)
+            print(f"  {backend}: exit {rc}, {wall:.1f} s  [{load()}]; its output: "
+                  f"{root / backend / 'testbed-run.log'}", flush=True)  # fmt: skip
+            figs[backend] = {
+                "load (1/5/15 min) before -> after": ("", f"{before} -> {loadavg()}"),
+                "wall, `testbed run` process (s)": (MEASURED, wall),
+            }
+            try:
+                figs[backend].update(run_figures(*pick_run(str(root / backend))))
+            except LookupError as e:  # (refused before it was recorded: see its output)
+                figs[backend]["status"] = ("", f"no run recorded, exit {rc} ({e})")
+        print(side_by_side(figs["local"], figs["docker"]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -193,11 +472,24 @@ def main() -> None:
     rd.add_argument("--spec", type=Path, default=ROOT / "experiments" / "quickstart.yaml")
     fl = sub.add_parser("fleet", help="one FL round with N node containers")
     fl.add_argument("sizes", type=int, nargs="+")
+    ry = sub.add_parser("ready", help="fleet ready time, docker vs local")
+    ry.add_argument("sizes", type=int, nargs="+")
+    ry.add_argument("--backends", nargs="+", choices=("local", "docker"),
+                    default=["local", "docker"])  # fmt: skip
+    ry.add_argument("--repeat", type=int, default=1, help="starts per size and backend")
+    co = sub.add_parser("continuum", help="continuum.yaml (shortened), local vs docker")
+    co.add_argument("--out", type=Path, help="keep both run stores here (default: a temp dir)")
+    co.add_argument("--read", nargs=2, metavar=("LOCAL_STORE[:RUN]", "DOCKER_STORE[:RUN]"),
+                    help="print runs already made, run nothing")  # fmt: skip
     args = ap.parse_args()
     if args.cmd == "start":
         cmd_start(args.sizes)
     elif args.cmd == "fleet":
         cmd_fleet(args.sizes)
+    elif args.cmd == "ready":
+        cmd_ready(args.sizes, args.backends, args.repeat)
+    elif args.cmd == "continuum":
+        cmd_continuum(args.out, args.read)
     else:
         cmd_rounds(args.spec)
 

@@ -174,7 +174,7 @@ class DockerBackend(LocalBackend):
     """
 
     name = "docker"
-    user_apps = False  # (not yet: the app's dependencies need a derived image)
+    user_apps = True  # (Flower ships the app to the containers; its deps: the image)
     #: netem links fall back to proxy (saying why) where they cannot be made.
     netem_needs_root = False
     options: ClassVar[frozenset[str]] = frozenset({"warm", "image", "oversubscribe"})
@@ -291,6 +291,7 @@ class DockerBackend(LocalBackend):
             labels={RUN_LABEL: self.run_label, NODE_LABEL: name},
             volumes=volumes,
             environment=self._env(name),
+            working_dir=str(self.run_dir / "nodes" / name),  # as locally: its home
             user=f"{os.getuid()}:{os.getgid()}",
             **limits,
         )

@@ -1,0 +1,47 @@
+"""A user's own Flower App on the docker backend (issue 28): Flower's quickstart-numpy,
+unmodified, in node containers with a crash and a partition, observed and recorded as on
+the local backend (tests/fl/test_userapp.py runs the same spec locally). Flower ships
+the app (its FAB) to the SuperLink and SuperNode containers; its dependencies (flwr,
+numpy) are the image's."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import docker
+
+from testbed.store import RunStore
+from tests.docker.conftest import docker_run, labelled_containers
+from tests.fl.test_userapp import QUICKSTART, spec_yaml, statuses
+
+
+def test_quickstart_numpy_in_containers_with_a_crash_and_a_partition(
+    engine: docker.DockerClient, tmp_path: Path
+) -> None:
+    spec, out = tmp_path / "app.yaml", tmp_path / "runs"
+    spec.write_text(
+        spec_yaml(
+            str(QUICKSTART),
+            fl="app_config: {num-server-rounds: 3}\nround_timeout_s: 8\n",
+            extra=textwrap.dedent("""\
+                faults:
+                  - {kind: crash, node: e-2, at_round: 2}
+                  - {kind: partition, node: e-1, at_round: 2, duration_s: 10}
+                """),
+        )
+    )
+    proc = docker_run(spec, out)
+    assert proc.wait(timeout=400) == 0, proc.stderr.read() if proc.stderr else ""
+    store = RunStore(out)
+    (run,) = store.runs()
+    assert run.status == "completed"
+    st = statuses(store, run.run_id)
+    assert {st[(1, n)] for n in ("e-1", "e-2", "e-3")} == {"completed"}  # before the faults
+    assert all(st[(r, "e-3")] == "completed" for r in (1, 2, 3))  # untouched
+    assert all(st.get((r, "e-2")) not in (None, "completed") for r in (2, 3))  # crashed
+    assert st[(2, "e-1")] in ("failed", "late")  # cut off past the round's deadline
+    train = {(r, n) for r, n, *_ in store.metrics(run.run_id, "random_metric")}
+    assert {(r, "e-3") for r in (1, 2, 3)} <= train and (2, "e-2") not in train
+    assert (store.artifact_dir(run.run_id) / "nodes" / "cloud" / "final_model.npz").exists()
+    assert labelled_containers(engine) == []

@@ -167,6 +167,23 @@ def statuses(store: RunStore, run_id: str) -> dict[tuple[int, str], str]:
 
 
 @pytest.mark.slow
+def check_faults_recorded(store: RunStore, run_id: str, run_dir: Path) -> None:
+    """What quickstart-numpy's run with e-2 crashed and e-1 cut off from round 2 must
+    record (on any backend that runs it: tests/docker/test_docker_userapp.py too)."""
+    st = statuses(store, run_id)
+    assert {st[(1, n)] for n in ("e-1", "e-2", "e-3")} == {"completed"}  # before the faults
+    assert all(st[(r, "e-3")] == "completed" for r in (1, 2, 3))  # untouched
+    assert all(st.get((r, "e-2")) not in (None, "completed") for r in (2, 3))  # crashed
+    assert st[(2, "e-1")] in ("failed", "late")  # cut off for the round's deadline
+    # the app's own MetricRecord keys, per (round, node): train's scalar, evaluate's list
+    train = {(r, n) for r, n, *_ in store.metrics(run_id, "random_metric")}
+    assert {(r, "e-3") for r in (1, 2, 3)} <= train and (2, "e-2") not in train
+    assert {n for _r, n, *_ in store.metrics(run_id, "random_metric[2]")} >= {"e-3"}
+    sent = {(r, n) for r, n, *_ in store.metrics(run_id, "bytes_sent")}
+    assert {(1, "e-1"), (2, "e-2"), (3, "e-3")} <= sent
+    assert (Path(run_dir) / "nodes" / "cloud" / "final_model.npz").exists()  # app's own
+
+
 def test_quickstart_numpy_with_a_crash_and_a_partition(tmp_path: Path) -> None:
     """Flower's quickstart-numpy, unmodified, on 3 edge nodes: e-2 crashes before round 2,
     e-1's link is cut before round 2 for longer than the round deadline."""
@@ -182,18 +199,7 @@ def test_quickstart_numpy_with_a_crash_and_a_partition(tmp_path: Path) -> None:
     )
     res = run_experiment(parse_spec(text), store, spec_path="inline")
     assert res.status == "completed", res.summary
-    st = statuses(store, res.run_id)
-    assert {st[(1, n)] for n in ("e-1", "e-2", "e-3")} == {"completed"}  # before the faults
-    assert all(st[(r, "e-3")] == "completed" for r in (1, 2, 3))  # untouched
-    assert all(st.get((r, "e-2")) not in (None, "completed") for r in (2, 3))  # crashed
-    assert st[(2, "e-1")] in ("failed", "late")  # cut off for the round's deadline
-    # the app's own MetricRecord keys, per (round, node): train's scalar, evaluate's list
-    train = {(r, n) for r, n, *_ in store.metrics(res.run_id, "random_metric")}
-    assert {(r, "e-3") for r in (1, 2, 3)} <= train and (2, "e-2") not in train
-    assert {n for _r, n, *_ in store.metrics(res.run_id, "random_metric[2]")} >= {"e-3"}
-    sent = {(r, n) for r, n, *_ in store.metrics(res.run_id, "bytes_sent")}
-    assert {(1, "e-1"), (2, "e-2"), (3, "e-3")} <= sent
-    assert (res.artifact_dir / "nodes" / "cloud" / "final_model.npz").exists()  # app's own
+    check_faults_recorded(store, res.run_id, res.artifact_dir)
     assert processes_under(tmp_path) == []
 
 

@@ -20,6 +20,7 @@ survive). Every container is labelled ``testbed.run=<run id>`` and
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -306,10 +307,17 @@ class DockerBackend(LocalBackend):
         """The container of a workload's process ``key`` (:meth:`start_processes`)."""
         return self.proc(key)
 
-    def _limits(self, node: PlannedNode) -> dict[str, Any]:
+    def _limits(self, node: PlannedNode, index: int | None = None) -> dict[str, Any]:
+        """Engine limits of a container of ``node`` (``index``: its cpuset's position,
+        default the node's among the clients)."""
         host = sorted(os.sched_getaffinity(0))
-        index = self.plan.clients.index(node)
+        index = self.plan.clients.index(node) if index is None else index
         return container_limits(node, index, host, self.host.memory_mb, self.oversubscribe)
+
+    @functools.cached_property
+    def _inputs(self) -> tuple[str, ...]:
+        """Folders every container mounts read-only (:func:`input_dirs`), found once."""
+        return input_dirs(self.plan.experiment, self.run_dir)
 
     # -- fleet lifecycle ----------------------------------------------------------------
     def start(self, timeout_s: float = 120.0) -> None:
@@ -334,8 +342,7 @@ class DockerBackend(LocalBackend):
         host = "0.0.0.0" if netem else "127.0.0.1"
         cmd = ["testbed", "node", "superlink", "--port", str(port), "--host", host]
         net = "none" if netem else "host"
-        inputs = input_dirs(self.plan.experiment, self.run_dir)
-        self._run(server.name, [*cmd, "--database", str(db)], {}, inputs, network=net)
+        self._run(server.name, [*cmd, "--database", str(db)], {}, self._inputs, network=net)
         if netem:  # the SuperLink container's namespace is the links' server side
             self.netns = f"ct-{self._run_tag}-srv"
             attach_netns(self.netns, self._pid(server.name))
@@ -437,8 +444,7 @@ class DockerBackend(LocalBackend):
         cmd += ["--ready-file", str(self._ready_file(name))] if self.warm else ["--cold"]
         self._cmds[name], self.node_ports[name] = cmd, port
         net = "none" if netem else "host"
-        inputs = input_dirs(self.plan.experiment, self.run_dir)
-        self._run(name, cmd, self._limits(node), inputs, network=net, gated=netem)
+        self._run(name, cmd, self._limits(node), self._inputs, network=net, gated=netem)
         self._plumb(name)
         return port, self.proc(name)
 
@@ -464,14 +470,10 @@ class DockerBackend(LocalBackend):
         interpreter's ``python -m ...`` becomes the image's."""
         check_image(self.client, self.image)
         self._catch_sigterm()
-        nodes = [n.name for n in self.plan.nodes]
-        node = self.plan.nodes[nodes.index(self._service_of[key])]
-        host = sorted(os.sched_getaffinity(0))
-        limits = container_limits(
-            node, nodes.index(node.name), host, self.host.memory_mb, self.oversubscribe
-        )
-        inputs = input_dirs(self.plan.experiment, self.run_dir)
-        self._run(key, in_image(self._cmds[key]), limits, inputs)
+        names = [n.name for n in self.plan.nodes]
+        i = names.index(self._service_of[key])
+        limits = self._limits(self.plan.nodes[i], i)
+        self._run(key, in_image(self._cmds[key]), limits, self._inputs)
         if not self._watcher.is_alive():
             self._watcher.start()
         return self.node_ports[key], self.proc(key)

@@ -75,6 +75,23 @@ class ClientTrace:
         return i >= 0 and self.ends[i] >= b
 
 
+    def next_on(self, a: float) -> float | None:
+        """The earliest trace time from ``a`` on at which the client is ON (None: never
+        again)."""
+        shift = 0.0
+        if self.period_s is not None:
+            shift = math.floor(a / self.period_s) * self.period_s
+            a -= shift
+        i = bisect.bisect_right(self.starts, a) - 1
+        if i >= 0 and self.ends[i] > a:
+            return a + shift
+        if i + 1 < len(self.starts):
+            return self.starts[i + 1] + shift
+        if self.period_s is not None and self.starts:
+            return self.starts[0] + shift + self.period_s
+        return None
+
+
 class Availability:
     """A trace mapped onto the run's clients, queried on virtual time.
 
@@ -102,6 +119,15 @@ class Availability:
         if trace is None or trace.on_throughout(a * self.scale, b * self.scale):
             return None
         return REASON
+
+    def up_at(self, name: str, t: float) -> float | None:
+        """The earliest virtual time from ``t`` on at which ``name`` is on (None: never
+        again; a client without a trace is always on)."""
+        trace = self.of.get(name)
+        if trace is None:
+            return t
+        on = trace.next_on(t * self.scale)
+        return None if on is None else on / self.scale
 
 
 def _order(key: str) -> tuple[int, str]:

@@ -270,3 +270,19 @@ class VirtualClock:
         if self.availability is not None:
             return self.availability.down_reason(name, a, b)
         return None
+
+    def up_at(self, name: str, t: float) -> float | None:
+        """The earliest virtual time from ``t`` on at which client ``name`` is up, its
+        faults and the availability trace both (None: it never comes back)."""
+        fs = self.faults.state.get(name) if self.faults else None
+        cur: float | None = t
+        for _ in range(64):  # alternate until both agree (each step only moves forward)
+            if cur is None:
+                return None
+            before = cur
+            cur = fs.up_at(cur) if fs else cur
+            if cur is not None and self.availability is not None:
+                cur = self.availability.up_at(name, cur)
+            if cur == before:
+                return cur
+        return cur

@@ -18,7 +18,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from flwr.app import Message, MessageType
 from flwr.serverapp import Grid
@@ -112,6 +115,48 @@ class ClockedGrid:
         self._begin(self.ended + 1)  # (sampling for the next round happens now)
         t = self.elapsed_s
         return [i for i in ids if self.clock.down_reason(self.name_of(i), t, t) is None]
+
+    @contextlib.contextmanager
+    def sampling_waits(self) -> Iterator[None]:
+        """While inside: Flower's ``sample_nodes`` waits for nodes on virtual time
+        (:meth:`sampling_sleep` is its module's ``sleep``)."""
+        from flwr.serverapp.strategy import strategy_utils
+
+        sleep = strategy_utils.sleep
+        strategy_utils.sleep = self.sampling_sleep
+        try:
+            yield
+        finally:
+            strategy_utils.sleep = sleep
+
+    def sampling_sleep(self, seconds: float) -> None:
+        """Flower's ``sample_nodes`` sleeping between its polls while too few nodes are
+        up (installed as its module's ``sleep``).
+
+        On a real fleet the ServerApp keeps polling until enough clients come back;
+        here virtual time moves on to the next poll at which a down client is up again
+        (event ``fleet_waited``). When none will ever come back the run ends with that
+        cause (event ``fleet_gone``) instead of waiting forever."""
+        if not self.armed:
+            time.sleep(seconds)
+            return
+        t, rnd = self.elapsed_s, self.ended + 1
+        names = [self.name_of(i) for i in self._ids()]
+        down = {n: r for n in names if (r := self.clock.down_reason(n, t, t)) is not None}
+        back = [u for n in down if (u := self.clock.up_at(n, t)) is not None and u > t]
+        if not back:
+            why = ", ".join(f"{n} ({r})" for n, r in sorted(down.items())) or "none registered"
+            self.tel.event("fleet_gone", round=rnd, virtual_t_s=t, down=sorted(down))
+            raise RuntimeError(
+                f"after round {self.ended}: too few clients up to sample and none will "
+                f"come back on the virtual clock; down: {why}"
+            )
+        self.elapsed_s += max(1, math.ceil((min(back) - t) / seconds - 1e-9)) * seconds
+        self.tel.event(
+            "fleet_waited", round=rnd, waited_s=self.elapsed_s - t, virtual_t_s=self.elapsed_s
+        )
+        if self.clock.faults is not None:
+            self.clock.faults.flush(self.elapsed_s, rnd - 1)
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
         """Flower's call: withheld replies whose virtual arrival has passed (late

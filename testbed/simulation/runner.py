@@ -110,7 +110,8 @@ def clocked_server_app(settings: dict[str, Any]) -> ServerApp:
 
         fl._starting_point = armed
         try:
-            fl.main(grid, context)
+            with clocked.sampling_waits():
+                fl.main(grid, context)
         finally:
             fl._starting_point = starting_point
 

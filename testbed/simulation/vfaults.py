@@ -72,6 +72,19 @@ class ClientFaults:
         i = first_overlap([(s, e) for s, e, _ in self.down], a, b)
         return None if i is None else self.down[i][2]
 
+    def up_at(self, t: float) -> float | None:
+        """The earliest virtual time from ``t`` on at which no fault holds the client
+        down (None: it never returns)."""
+        cur = t
+        for _ in range(len(self.down) + 1):
+            ends = [e for s, e, _ in self.down if s <= cur < e]
+            if not ends:
+                return cur
+            cur = max(ends)
+            if cur >= INF:
+                return None
+        return cur
+
     def slowdown(self, rnd: int) -> float:
         """Straggler factor of round ``rnd`` (the last straggler fault in force wins)."""
         factor = 1.0

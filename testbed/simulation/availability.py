@@ -74,7 +74,6 @@ class ClientTrace:
         i = bisect.bisect_right(self.starts, a) - 1
         return i >= 0 and self.ends[i] >= b
 
-
     def next_on(self, a: float) -> float | None:
         """The earliest trace time from ``a`` on at which the client is ON (None: never
         again)."""

@@ -22,6 +22,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from flwr.app import Message, MessageType
 from flwr.serverapp import Grid
@@ -122,12 +123,13 @@ class ClockedGrid:
         (:meth:`sampling_sleep` is its module's ``sleep``)."""
         from flwr.serverapp.strategy import strategy_utils
 
-        sleep = strategy_utils.sleep
-        strategy_utils.sleep = self.sampling_sleep
+        module: Any = strategy_utils  # (its ``sleep`` is ``from time import sleep``)
+        sleep = module.sleep
+        module.sleep = self.sampling_sleep
         try:
             yield
         finally:
-            strategy_utils.sleep = sleep
+            module.sleep = sleep
 
     def sampling_sleep(self, seconds: float) -> None:
         """Flower's ``sample_nodes`` sleeping between its polls while too few nodes are

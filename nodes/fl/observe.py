@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,9 @@ from nodes.fl.userapp import TESTBED_PREFIX
 
 #: The record a ClientApp reply carries to the observing Grid (taken out there).
 OBSERVED = "testbed.observed"
+#: Called with each GridObserver once it is attached, before the user's ServerApp runs
+#: (the simulation backend arms its virtual clock there).
+ON_ATTACH: list[Callable[[GridObserver], None]] = []
 #: Seconds the ServerApp waits at a held round boundary for the control plane's faults.
 HOLD_TIMEOUT_S = 30.0
 HOLD_POLL_S = 0.02
@@ -90,6 +94,17 @@ def message_round(message: Message) -> int | None:
     return None
 
 
+#: The ClientApp's own error text inside an engine's report (Ray's wraps it in a
+#: traceback): ``app 'NAME': ClientApp on node N raised in ...``.
+_USER_ERROR = re.compile(r"app '[^']*': ClientApp on node \S+ raised [^\n]*")
+
+
+def _clean_error(reason: str | None) -> str:
+    """Flower's error reason, reduced to the ClientApp's own message when it has one."""
+    found = _USER_ERROR.search(reason or "")
+    return found.group(0) if found else (reason or "")
+
+
 # -- the ClientApp ---------------------------------------------------------------------
 def observed_client_app(ref: str, app_name: str) -> ClientApp:
     """A ClientApp running the app's ClientApp ``ref`` and reporting its node and times."""
@@ -108,7 +123,7 @@ def observed_client_app(ref: str, app_name: str) -> ClientApp:
         except Exception as e:
             raise UserAppError(
                 f"app {app_name!r}: ClientApp on node {node} raised in "
-                f"{message.metadata.message_type} (group {group}): {type(e).__name__}: {e}"
+                f"{message.metadata.message_type} (round {rnd}): {type(e).__name__}: {e}"
             ) from e
         wall_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
         speed = float(str(context.node_config.get("speed-factor", 1.0)))
@@ -307,12 +322,12 @@ class GridObserver:
             if sent is None:
                 continue
             if obs is not None:
-                self._identify(sent.node_id, str(obs["node"]))
+                self.identify(sent.node_id, str(obs["node"]))
             sent.reply_t = now
             node = self.name(sent.node_id)
             tel, r = self.tel, sent.round
             if reply.has_error():
-                sent.error = f"{reply.error.reason or ''} (Flower error {reply.error.code})"
+                sent.error = f"{_clean_error(reply.error.reason)} (Flower error {reply.error.code})"
             else:
                 tel.metric("bytes_received", payload_bytes(reply.content), r, node)
                 for rec_name, rec in reply.content.metric_records.items():
@@ -335,7 +350,8 @@ class GridObserver:
             else:
                 self.tel.metric(str(key), float(value), r, node)
 
-    def _identify(self, node_id: int, name: str) -> None:
+    def identify(self, node_id: int, name: str) -> None:
+        """Node ``node_id`` is ``name`` (event ``node_identified``, once)."""
         if node_id not in self.names:
             self.names[node_id] = name
             self.tel.event("node_identified", node=name, node_id=str(node_id))
@@ -405,6 +421,8 @@ def observed_server_app(ref: str, app_name: str) -> ServerApp:
         _wait_fleet(grid, len(names), cap or 60.0, tel)
         tel.event("run_start", nodes=names, app=app_name)
         observer.attach(grid)
+        for hook in list(ON_ATTACH):
+            hook(observer)
         try:
             inner(grid, user_context(context))
         except Exception as e:

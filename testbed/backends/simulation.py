@@ -108,6 +108,9 @@ class SimulationBackend(Backend):
     #: The fault schedule is decided on the virtual clock (testbed.simulation.vfaults),
     #: not by the control plane's chaos engine.
     decides_faults = True
+    #: A user's Flower App runs on the Simulation Engine, observed as on local
+    #: (:func:`testbed.simulation.runner.user_server_app`).
+    user_apps = True
     #: No ``warm`` (``--cold``): the Simulation Engine runs every ClientApp in a Ray
     #: actor, there is no per-message ClientApp process to start cold or warm.
     options: ClassVar[frozenset[str]] = frozenset({"ray_address"})
@@ -215,15 +218,25 @@ class SimulationBackend(Backend):
         return {name: model.link_schedule(name) for name in space}
 
     def submit(self, run_config: dict[str, object], app_dir: Path | None = None) -> Popen:
-        """Start the simulation process; it ends with the Flower run (the testbed's own
-        app: ``app_dir`` is refused by :meth:`preflight`, ``user_apps`` is False)."""
-        assert app_dir is None, "a user's app on --backend simulation"
+        """Start the simulation process; it ends with the Flower run. ``app_dir``: a
+        user's Flower App (its observed copy); the process then runs in the server
+        node's folder (``nodes/<server>``), where the app's ServerApp writes its files
+        as on the local backend."""
         path = self.run_dir / "simulation.json"
-        path.write_text(json.dumps(self.settings(run_config), indent=1))
+        settings = self.settings(run_config)
+        cwd = None
+        if app_dir is not None:
+            settings["app_dir"] = str(Path(app_dir).resolve())
+            settings["artifact_dir"] = str(self.run_dir.resolve())
+            folder = self.run_dir / "nodes" / self.plan.server.name
+            folder.mkdir(parents=True, exist_ok=True)
+            cwd = str(folder)
+        path.write_text(json.dumps(settings, indent=1))
         env = dict(os.environ)
         env.update(RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
-        cmd = [sys.executable, "-m", "testbed.simulation.runner", str(path)]
-        return self.procs.start("simulation", cmd, self.run_dir / "logs" / "simulation.log", env)
+        cmd = [sys.executable, "-m", "testbed.simulation.runner", str(path.resolve())]
+        log = self.run_dir.resolve() / "logs" / "simulation.log"
+        return self.procs.start("simulation", cmd, log, env, cwd=cwd)
 
     def flwr_run_id(self) -> int | None:
         """None: no SuperLink holds the run."""

@@ -63,3 +63,30 @@ def train(msg: Message, context: Context) -> Message:
 def evaluate(msg: Message, context: Context) -> Message:
     """The testbed's evaluate function."""
     return fl.evaluate(msg, context)
+
+
+def user_client_app(observed: ClientApp) -> ClientApp:
+    """A user's ClientApp (``observed``: :func:`nodes.fl.observe.observed_client_app`)
+    with what a SuperNode's node config would carry: ``node-name`` (from the run
+    config's ``testbed-node-names`` by partition id) and ``control-path``. Nothing
+    sleeps: the device profile is the virtual clock's stretch of the measured CPU time.
+    """
+    from nodes.fl.userapp import TESTBED_PREFIX
+
+    app = ClientApp()
+
+    def call(message: Message, context: Context) -> Message:
+        rc, pid = context.run_config, int(context.node_config["partition-id"])
+        names = json.loads(str(rc.get(f"{TESTBED_PREFIX}node-names", "[]")))
+        if 0 <= pid < len(names):
+            context.node_config["node-name"] = names[pid]
+        out = str(rc.get(f"{TESTBED_PREFIX}artifact-dir", ""))
+        if out:
+            _note_ray_node(out)
+            path = control_path(out, pid)
+            if path.exists():
+                context.node_config["control-path"] = str(path)
+        return observed(message, context)
+
+    app._call = call  # (as nodes.fl.observe does)
+    return app

@@ -22,11 +22,13 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from flwr.app import Message, MessageType
 from flwr.serverapp import Grid
 
+from nodes.fl.observe import OBSERVED
 from nodes.fl.telemetry import Telemetry
 from testbed.simulation.clock import VirtualClock
 from testbed.simulation.protocol import server_queue_end
@@ -55,6 +57,18 @@ def _round_of(messages: list[Message]) -> int | None:
         if "config" in cfg and "server-round" in cfg["config"]:
             return int(str(cfg["config"]["server-round"]))
     return None
+
+
+@dataclass
+class _Flight:
+    """A train round's messages being sent: what is still undecided, and the kept
+    replies' virtual arrivals."""
+
+    round: int
+    down: dict[int, int]  # destination node id -> payload bytes sent
+    pending: set[str]  # message ids whose reply is not decided yet
+    arrivals: list[float] = field(default_factory=list)
+    late: bool = False  # a reply withheld (late or lost)
 
 
 class ClockedGrid:
@@ -92,6 +106,9 @@ class ClockedGrid:
         self.started = 0  # last round begun on the clock
         self.ended = 0  # last round ended on the clock
         self.withheld: dict[str, tuple[float, Message]] = {}  # reply-to id -> (arrival, reply)
+        self.grid = grid
+        self.pull_interval_s = float(getattr(grid, "pull_interval", 0.1))
+        self._flight: _Flight | None = None  # the train round being sent
         self._send: Callable[..., Iterable[Message]] = grid.send_and_receive
         self._ids: Callable[[], Iterable[int]] = grid.get_node_ids
         self._pull: Callable[[Iterable[str]], Iterable[Message]] = grid.pull_messages
@@ -162,8 +179,9 @@ class ClockedGrid:
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
         """Flower's call: withheld replies whose virtual arrival has passed (late
-        replies), and the grid's own for the other ids (its ``send_and_receive`` polls
-        through here)."""
+        replies), and the grid's own for the other ids. A reply to the train round in
+        flight is decided here, below whatever observes the grid (the app's pulls, a
+        user app's observer): kept, or withheld (late or lost) and never seen above."""
         out, rest = [], []
         for mid in message_ids:
             arrival, reply = self.withheld.get(mid, (float("inf"), None))
@@ -172,7 +190,20 @@ class ClockedGrid:
             elif arrival <= self.elapsed_s:
                 out.append(reply)
                 del self.withheld[mid]
-        return out + (list(self._pull(rest)) if rest else [])
+        for reply in list(self._pull(rest)) if rest else []:
+            flight = self._flight
+            mid = reply.metadata.reply_to_message_id
+            if flight is None or mid not in flight.pending:
+                out.append(reply)
+                continue
+            flight.pending.discard(mid)
+            vt = self._time(reply, flight.down, flight.round)
+            if vt is None or vt <= self.clock.deadline_s:
+                flight.arrivals.append(vt or 0.0)
+                out.append(reply)
+            else:
+                flight.late = True
+        return out
 
     def _begin(self, rnd: int) -> None:
         if rnd > self.started:
@@ -191,15 +222,22 @@ class ClockedGrid:
         self._begin(rnd)
         sizes: dict[int, int] = {}
         down = {m.metadata.dst_node_id: _cached(sizes, m) for m in messages}
-        replies = list(self._send(messages, timeout=self.wall_cap_s))
-        kept, arrivals, late = [], [], len(replies) < len(messages)
-        for reply in replies:
-            vt = self._time(reply, down, rnd)
-            if vt is None or vt <= self.clock.deadline_s:
-                arrivals.append(vt or 0.0)
-                kept.append(reply)
-            else:
-                late = True
+        # Flower's send_and_receive, except that it ends once every reply is decided
+        ids = set(self.grid.push_messages(messages))
+        flight = self._flight = _Flight(rnd, down, set(ids))
+        end_t = time.time() + self.wall_cap_s
+        kept: list[Message] = []
+        try:
+            while ids and time.time() < end_t:
+                got = list(self.grid.pull_messages(ids))
+                kept.extend(got)
+                ids -= {m.metadata.reply_to_message_id for m in got}
+                ids &= flight.pending  # (withheld ones are decided: no need to wait)
+                if ids:
+                    time.sleep(self.pull_interval_s)
+        finally:
+            self._flight = None
+        arrivals, late = flight.arrivals, flight.late or bool(ids)
         # the ServerApp handles the kept replies one at a time, in arrival order
         end = server_queue_end(arrivals, self.clock.protocol.server_reply_s)
         if self.clock.polls is not None:  # ... having seen the last one at a poll
@@ -213,7 +251,7 @@ class ClockedGrid:
             self.clock.faults.round_ended(rnd, self.elapsed_s)
         return kept
 
-    def _time(self, reply: Message, down: dict[int, int], rnd: int) -> float | None:
+    def _time(self, reply: Message, down: Mapping[int, int], rnd: int) -> float | None:
         """Virtual seconds of one reply (None for an error reply: the engine's own); a
         reply past the deadline or of a client that went down is withheld."""
         if reply.has_error():
@@ -225,6 +263,8 @@ class ClockedGrid:
         # the training's CPU time (the work, whatever the host's load); older apps
         # that do not report it: its wall time
         compute = _scalar(reply, "train-cpu-s", _scalar(reply, "train-duration-s", 0.0))
+        if reply.content.config_records.get(OBSERVED) is not None:  # a user's app
+            compute = float(str(reply.content.config_records[OBSERVED]["cpu-s"]))
         ex = self.clock.exchange(name, pid, rnd, start, compute, down.get(src, 0), _payload(reply))
         self.tel.metric("virtual_client_s", min(ex.seconds, 1e12), rnd, name)
         if ex.lost is None and ex.seconds <= self.clock.deadline_s:

@@ -8,6 +8,10 @@ simulation federation uses (``flwr.simulation.run_simulation._run_simulation`` w
 ``Run`` whose override config is the testbed's run config and the app directory
 ``nodes/fl/app`` for its defaults). Ray starts local, offline (usage stats off), bounded
 to ``num_cpus`` and is shut down before the process exits.
+
+With ``app_dir`` in the settings it runs a user's Flower App instead (the observed copy
+:func:`nodes.fl.userapp.observed_fab` wrote): :func:`user_server_app` and
+:func:`testbed.simulation.client.user_client_app`.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from flwr.app import Context, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from nodes.fl.telemetry import Telemetry
+from nodes.fl.userapp import TESTBED_PREFIX
 from testbed.simulation.clock import ClientModel, VirtualClock
 from testbed.simulation.grid import ClockedGrid
 from testbed.simulation.polls import PollGrid
@@ -65,6 +70,7 @@ def clock_of(settings: dict[str, Any], tel: Telemetry) -> VirtualClock:
         specs = [FaultSpec.model_validate(f) for f in c["faults"]]
         out = str(settings["run_config"].get("artifact-dir", ""))
         tiers = {n: clients[n].tier for n in names}
+        out = out or str(settings.get("artifact_dir", ""))
         ctl = Path(out) / "controls" if out else None
         faults = VirtualFaults(specs, tiers, int(c["seed"]), tel, ctl)
     avail = None
@@ -118,6 +124,72 @@ def clocked_server_app(settings: dict[str, Any]) -> ServerApp:
     return app
 
 
+def user_server_app(settings: dict[str, Any]) -> ServerApp:
+    """A user's Flower App's ServerApp (``settings["app_dir"]``: the observed copy,
+    :func:`nodes.fl.userapp.observed_fab`) with the virtual clock on its grid.
+
+    The clock sits below the observer (:class:`nodes.fl.observe.GridObserver`): the
+    observer records what the app sees on virtual time (a reply past the deadline never
+    reaches it). The clock is armed once the observer is attached, i.e. after the wait
+    for the fleet, right before the user's ServerApp starts.
+    """
+    from nodes.fl import observe
+
+    inner: ServerApp = _component(settings["app_dir"], "serverapp")
+    names = list(settings["names"])
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        rc = context.run_config
+        tel = Telemetry(str(rc.get(f"{TESTBED_PREFIX}telemetry-path", "")) or None)
+        clocked = ClockedGrid(
+            grid, clock_of(settings, tel), names, tel, float(settings["wall_cap_s"]), PARTITIONS
+        )
+
+        def attached(observer: observe.GridObserver) -> None:
+            clocked.arm()
+            for node_id in PARTITIONS:  # (every virtual node's name is known here)
+                observer.identify(node_id, clocked.name_of(node_id))
+
+        observe.ON_ATTACH.append(attached)
+        try:
+            with clocked.sampling_waits():
+                inner(grid, context)
+        finally:
+            observe.ON_ATTACH.clear()
+
+    return app
+
+
+def _component(app_dir: str, component: str) -> Any:
+    """The ServerApp or ClientApp a Flower App's pyproject names (its folder is put on
+    ``sys.path``, as Flower's loader does; the Ray backend passes ``sys.path`` on to
+    its workers)."""
+    import importlib
+
+    from nodes.fl.userapp import read_app
+
+    if app_dir not in sys.path:
+        sys.path.insert(0, app_dir)
+    module, _, attr = read_app(app_dir).components[component].partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _run_config(settings: dict[str, Any]) -> dict[str, Any]:
+    """The ServerApp's run config: a user app's declared defaults (as ``flwr run``
+    reads them from its pyproject) with the overrides, else the overrides."""
+    run_config = dict(settings["run_config"])
+    if settings.get("app_dir"):
+        from nodes.fl.userapp import read_app
+
+        run_config = {**read_app(settings["app_dir"]).config, **run_config}
+    return run_config
+
+
 def simulation_run(run_id: int, run_config: dict[str, Any]) -> Any:
     """Flower's ``Run`` of a simulation, set up as ``run_simulation`` does, with the
     testbed's run config as its override config."""
@@ -143,14 +215,19 @@ def run(settings: dict[str, Any]) -> None:
     from flwr.supercore.telemetry import EventType
 
     from testbed.simulation.client import app as client_app
+    from testbed.simulation.client import user_client_app
 
     server_app = clocked_server_app(settings)
+    app_dir = str(settings.get("app_dir") or APP_DIR)
+    if settings.get("app_dir"):  # a user's Flower App, observed
+        server_app = user_server_app(settings)
+        client_app = user_client_app(_component(app_dir, "clientapp"))
     if settings.get("bare"):  # bench/simulation.py's baseline: the apps, no clock
         from nodes.fl.client_app import app as client_app
         from nodes.fl.server_app import app as server_app
 
-    run_config = settings["run_config"]
-    flwr_run = simulation_run(int(settings["run_id"]), run_config)
+    run_config = _run_config(settings)
+    flwr_run = simulation_run(int(settings["run_id"]), settings["run_config"])
     context = Context(
         run_id=flwr_run.run_id,
         node_id=0,
@@ -180,7 +257,7 @@ def run(settings: dict[str, Any]) -> None:
             server_app=server_app,
             backend_config=backend_config,
             server_app_context=context,
-            app_dir=str(APP_DIR),
+            app_dir=app_dir,
             run=flwr_run,
             is_app=True,  # clients read their run config from app_dir + overrides
         )

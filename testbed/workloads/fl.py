@@ -161,6 +161,8 @@ class FlRun:
         run_dir, plan = self.ctx.run_dir, self.ctx.plan
         before = [f.at_round for f in plan.faults if f.phase == "before" and f.at_round]
         holds = sorted({r for r in before if r > 1})  # (round 1's: fired before the run)
+        if self.backend.decides_faults:  # (on its own clock: nothing to wait for)
+            holds = []
         keys: dict[str, bool | int | float | str] = {
             "telemetry-path": str((run_dir / "telemetry.jsonl").resolve()),
             "node-names": json.dumps(plan.client_names()),
@@ -168,6 +170,7 @@ class FlRun:
             "hold-path": str(self.hold_path.resolve()) if self.hold_path else "",
             "round-timeout-s": float(self.spec.round_timeout_s),
             "protocol-timing": self.spec.protocol_timing,
+            "artifact-dir": str(run_dir.resolve()),
         }
         keys = {f"{TESTBED_PREFIX}{k}": v for k, v in keys.items()}
         assert self.spec.app is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,12 @@ from testbed.cause import Cause
 from testbed.planner import Plan
 from testbed.runner import RunResult
 from testbed.workload_tables import SHOWN, workload_tables
+
+#: A fleet larger than this is shown grouped by tier and profile while it runs (the
+#: summary groups when the FL workload gave it ``node_groups``, the same threshold).
+GROUP_OVER = 24
+#: At most this many nodes with a failure are listed under the groups.
+FAILED_ROWS = 20
 
 STATE_STYLE = {
     "completed": "green",
@@ -61,6 +68,8 @@ class ConsoleObserver:
 
     def _table(self) -> Table:
         title = "nodes (virtual clock)" if self.virtual else "nodes"
+        if len(self.nodes) > GROUP_OVER:
+            return self._group_table(title)
         t = Table(title=title, expand=False, show_edge=False)
         for col in ("node", "tier", "profile", "state", "round", "train loss", "local acc"):
             t.add_column(col)
@@ -75,6 +84,22 @@ class ConsoleObserver:
                 _f(s.get("train_loss")),
                 _f(s.get("eval_acc")),
             )
+        return t
+
+    def _group_table(self, title: str) -> Table:
+        """A large fleet: one row per (tier, profile), with its nodes' states counted."""
+        groups: dict[tuple[str, str], Counter[str]] = {}
+        for st in self.nodes.values():
+            group = groups.setdefault((st["tier"], st["profile"]), Counter())
+            group[st.get("state", "waiting")] += 1
+        t = Table(title=f"{title}: {len(self.nodes)}, by tier and profile", show_edge=False)
+        for col in ("tier", "profile", "nodes", "states"):
+            t.add_column(col)
+        for (tier, profile), states in sorted(groups.items()):
+            text = ", ".join(
+                f"[{STATE_STYLE.get(k, '')}]{k} {n}" for k, n in sorted(states.items())
+            )
+            t.add_row(tier, profile, str(sum(states.values())), text)
         return t
 
     def _render(self) -> RenderableType:
@@ -168,6 +193,7 @@ _TABLE_KEYS = frozenset(
         "federated_acc",
         "round_duration_s",
         "node_status",
+        "node_groups",
         "peak_rss_mb",
         "wall_s",
         "rounds",
@@ -288,24 +314,55 @@ def fleet_lines(s: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _counts(rounds: dict[Any, str]) -> tuple[int, int, int]:
+    """Rounds completed, failed and otherwise ended, of one node's statuses."""
+    vals = list(rounds.values())
+    done, failed = vals.count("completed"), vals.count("failed")
+    return done, failed, len(vals) - done - failed
+
+
 def _node_table(s: dict[str, Any]) -> Table | None:
-    """Rounds each node completed, failed or otherwise ended, and its peak memory."""
+    """Rounds each node completed, failed or otherwise ended, and its peak memory; a
+    large fleet (the summary has ``node_groups``: tier/profile by node): one row per
+    group, then the nodes with a failure only (at most :data:`FAILED_ROWS`)."""
     if not s.get("node_status"):
         return None
+    statuses: dict[str, dict[Any, str]] = s["node_status"]
+    groups: dict[str, str] = s.get("node_groups") or {}
+    if groups:
+        return _grouped_node_table(statuses, groups)
     peak = s.get("peak_rss_mb") or {}
     t = Table(title="nodes")
     for col in ("node", "completed", "failed", "other", "peak RSS MB"):
         t.add_column(col, justify="right")
-    for node, rounds in sorted(s["node_status"].items()):
-        vals = list(rounds.values())
+    for node, rounds in sorted(statuses.items()):
         mb = peak.get(node)
         t.add_row(
             node,
-            str(vals.count("completed")),
-            str(vals.count("failed")),
-            str(len(vals) - vals.count("completed") - vals.count("failed")),
+            *(str(n) for n in _counts(rounds)),
             "-" if mb is None else f"{mb:.0f}",  # not measured is not 0
         )
+    return t
+
+
+def _grouped_node_table(statuses: dict[str, dict[Any, str]], groups: dict[str, str]) -> Table:
+    """Per group: nodes and their rounds completed, failed, other; then failed nodes."""
+    total: dict[str, list[int]] = {}
+    for node, rounds in statuses.items():
+        row = total.setdefault(groups.get(node, "other"), [0, 0, 0, 0])
+        row[0] += 1
+        for i, n in enumerate(_counts(rounds)):
+            row[i + 1] += n
+    t = Table(title=f"nodes: {len(statuses)}, by tier/profile (rounds per status)")
+    for col in ("tier/profile", "nodes", "completed", "failed", "other"):
+        t.add_column(col, justify="right")
+    for group, row in sorted(total.items()):
+        t.add_row(group, *(str(n) for n in row))
+    failed = sorted(n for n, rounds in statuses.items() if "failed" in rounds.values())
+    for node in failed[:FAILED_ROWS]:
+        t.add_row(f"  {node}", "", *(str(n) for n in _counts(statuses[node])))
+    if len(failed) > FAILED_ROWS:
+        t.add_row(f"  ... {len(failed) - FAILED_ROWS} more nodes with a failure", "", "", "", "")
     return t
 
 

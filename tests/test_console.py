@@ -111,12 +111,18 @@ def test_simulation_summary_says_virtual() -> None:
     assert "1 0.300 0.330 9.500 28.900" in lines and "2 0.600 0.690 2.250 1.450" in lines
     assert "edge-1 2 0 0 -" in lines
     assert any("peak RSS MB, not client nodes: simulation 1534" in line for line in lines)
-    assert any(line.startswith("clock: virtual (modelled") and "11.8 s virtual" in line
-               and line.endswith("Ray: local, 2 CPUs") for line in lines)
-    assert any(line.startswith("links: proxy (proxy x1); priced on the virtual clock")
-               for line in lines)
-    assert not any(line.startswith(("virtual_time_s:", "clock:  ", "links_mode:"))
-                   for line in lines)
+    assert any(
+        line.startswith("clock: virtual (modelled")
+        and "11.8 s virtual" in line
+        and line.endswith("Ray: local, 2 CPUs")
+        for line in lines
+    )
+    assert any(
+        line.startswith("links: proxy (proxy x1); priced on the virtual clock") for line in lines
+    )
+    assert not any(
+        line.startswith(("virtual_time_s:", "clock:  ", "links_mode:")) for line in lines
+    )
 
 
 def test_wall_clock_summary_is_measured_and_names_a_links_fallback() -> None:
@@ -162,3 +168,33 @@ def test_live_view_shows_virtual_time_and_a_links_fallback() -> None:
     assert obs.live is not None
     obs.live.stop()
     assert "links: proxy instead of netem: not root" in buf.getvalue()
+
+
+def test_a_large_fleet_is_shown_by_group_then_its_failed_nodes() -> None:
+    """200 edge nodes of two profiles: the live view has one row per (tier, profile),
+    the summary one per group with its rounds counted, then only the failed nodes."""
+    spec = SPEC.replace(
+        "- {id: edge, tier: edge, count: 2}",
+        "- {id: a, tier: edge, profile: rpi5, count: 150}\n    - {id: b, tier: edge, profile: jetson-orin-nano, count: 50}",
+    )
+    console, buf = _console()
+    obs = ConsoleObserver(console)
+    obs.started("r1", make_plan(parse_spec(spec)))
+    obs.record({"kind": "event", "name": "round_start", "round": 1})
+    obs.record({"kind": "status", "node": "b-3", "status": "failed"})
+    console.print(obs._table())
+    live = [" ".join(line.replace("│", " ").split()) for line in buf.getvalue().splitlines()]
+    assert "edge rpi5 150 training 150" in live
+    assert "edge jetson-orin-nano 50 failed 1, training 49" in live
+    assert len(live) < 10
+
+    statuses = {f"a-{i}": {1: "completed", 2: "completed"} for i in range(1, 151)}
+    statuses |= {f"b-{i}": {1: "completed", 2: "completed"} for i in range(1, 51)}
+    statuses["b-3"] = {1: "failed", 2: "excluded"}
+    groups = {n: "edge/rpi5" if n.startswith("a") else "edge/jetson-orin-nano" for n in statuses}
+    lines = _lines({"node_status": statuses, "node_groups": groups})
+    assert "edge/rpi5 150 300 0 0" in lines
+    assert "edge/jetson-orin-nano 50 98 1 1" in lines
+    assert "b-3 0 1 1" in lines  # the one node with a failure: completed, failed, other
+    assert not any(line.startswith("a-1 ") for line in lines)
+    assert len(lines) < 15

@@ -322,6 +322,11 @@ def user_app_verdict(store: RunStore, run_id: str, summary: dict[str, Any]) -> N
         )
 
 
+#: A fleet of more clients than this gets ``node_groups`` (tier/profile by node) in its
+#: summary: the terminal shows it by group, then only the nodes with a failure.
+NODE_GROUPS_OVER = 24
+
+
 @register_workload("fl")
 class FederatedLearning:
     """``workload.fl``: Flower SuperLink + SuperNodes on the backend; failure-study report."""
@@ -342,6 +347,10 @@ class FederatedLearning:
         finally:
             run.finish()
         summary = {**fl_summary(ctx.store, ctx.run_id, run.rounds(), run.ended), **run.links}
+        if len(ctx.plan.clients) > NODE_GROUPS_OVER:  # (the summary groups a large fleet)
+            summary["node_groups"] = {
+                n.name: f"{n.tier}/{n.profile_name}" for n in ctx.plan.clients
+            }
         if run.spec.app is not None:
             user_app_verdict(ctx.store, ctx.run_id, summary)
         return summary

@@ -6,7 +6,8 @@ local backend. Printed per N: fleet start time (``fleet_starting`` -> ``fleet_re
 median round time, peak RSS and PSS per node (whole process tree, median over nodes),
 the peak of the nodes' summed PSS, the machine's memory in use (drop of MemAvailable),
 and whether all rounds completed. Before each N the expected memory (N x the PSS per
-node measured so far, or 250 MB before any measurement) is compared with MemAvailable;
+node measured so far, or the capacity check's per-node figure before any measurement,
+``testbed/capacity.py``) is compared with MemAvailable;
 an N that cannot fit is skipped (reported, not started), so the machine is never driven
 out of memory. The largest N that completed every round is printed at the end.
 
@@ -28,11 +29,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.nodemem import PeakSampler, testbed_nodes, zygotes  # noqa: E402
+from testbed.capacity import FOOTPRINTS  # noqa: E402
 from testbed.runner import run_experiment  # noqa: E402
 from testbed.spec.loader import parse_spec  # noqa: E402
 from testbed.store import RunStore  # noqa: E402
 
-FIRST_GUESS_MB = 250.0  # PSS per node before a measurement (nodes forked by the zygote)
+FIRST_GUESS_MB = FOOTPRINTS["local"]["client"].memory_mb  # (the capacity check's, measured)
 HEADROOM_MB = 2048.0  # left to the system and the SuperLink
 
 

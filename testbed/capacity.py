@@ -9,11 +9,14 @@ Per-node footprints (:data:`FOOTPRINTS`) are MEASURED on the local backend (2-co
 24 GB machine, Flower 1.41, warm executor, digits CNN):
 
 - client node (agent with the warm executor + its forked SuperNode), forked by the
-  run's zygote (:mod:`testbed.backends.zygote`), so the imported stack is shared: its
-  proportional set size (PSS, the memory the node really adds) was ~106 MB for the
-  agent after 3 rounds of training in a probe of 3 forked nodes (2026-11-23; RSS
-  402 MB, most of it shared); 250 MB per node is used: an ESTIMATE above that
-  measurement (issue 15's goal, with room for the SuperNode and a larger model).
+  run's zygote (:mod:`testbed.backends.zygote`), so the imported stack is shared. A
+  node's PSS falls with the fleet as the shared pages spread over more nodes:
+  ``bench/scale.py`` measured 97.3, 78.3 and 71.8 MB per node at 10, 30 and 60 nodes
+  (2026-11-23, docs/benchmarks.md "Scale and node memory"; RSS ~655 MB, most of it
+  shared). Fitted as ``PSS(N) = U + S / N``: each node adds U ~ 67 MB of its own and
+  the fleet shares S ~ 306 MB once. 70 MB per client node and 310 MB once
+  (:data:`SHARED_MB`) are used; ``tests/test_capacity.py`` checks that the estimate
+  covers the machine memory each measured fleet used.
 - client node started without the zygote (``links.mode: netem``: each node in its own
   namespace): peak RSS 644-705 MB per node, MEASURED before the zygote existed; 705 MB
   is used.
@@ -65,11 +68,16 @@ class Footprint:
     fds: int
 
 
+#: Pages the client nodes a zygote forked share, counted once per fleet (MB; the fit
+#: of bench/scale.py's PSS per node, see the module doc), on the local backend.
+SHARED_MB = 310.0
+
 FOOTPRINTS: dict[str, dict[str, Footprint]] = {
     "local": {
-        "client": Footprint(memory_mb=250.0, tasks=30, fds=12),  # forked by the zygote
+        "client": Footprint(memory_mb=70.0, tasks=30, fds=12),  # forked by the zygote
         "client-cold": Footprint(memory_mb=705.0, tasks=30, fds=12),  # started plainly
-        "server": Footprint(memory_mb=780.0 + 530.0, tasks=60, fds=12),  # + the zygote
+        # the server, the zygote and the pages its nodes share (counted once)
+        "server": Footprint(memory_mb=780.0 + 530.0 + SHARED_MB, tasks=60, fds=12),
     },
     "docker": {  # one container per node, no zygote (measured: see the module doc)
         "client": Footprint(memory_mb=400.0, tasks=30, fds=12),
@@ -228,12 +236,15 @@ def check_fits(
     )
     path = _largest_count_path(plan)
     if est.memory_mb > host.available_mb:
+        server = FOOTPRINTS[backend]["server"].memory_mb
         raise FleetTooLarge(
             path,
             f"{what} need about {est.memory_mb / 1024:.1f} GB on the {backend} backend "
-            f"(~{per.memory_mb:.0f} MB per client node, from measurements), but this machine has "
+            f"(assumed: ~{per.memory_mb:.0f} MB per client node and {server / 1024:.1f} GB "
+            f"per server, measured: testbed/capacity.py), but this machine has "
             f"{host.available_mb / 1024:.1f} GB available; at most "
-            f"{_max_clients(plan, backend, fleets, host.available_mb)} client nodes fit",
+            f"{_max_clients(plan, backend, fleets, host.available_mb)} client nodes fit "
+            "(--oversubscribe starts it anyway, recorded in the run)",
         )
     for need, free, unit in ((est.tasks, host.free_tasks, "processes/threads"),
                              (est.fds, host.free_fds, "open files")):  # fmt: skip

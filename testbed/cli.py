@@ -34,8 +34,9 @@ SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override: key.p
 OversubscribeOpt = Annotated[
     bool,
     typer.Option(
-        help="docker: give node containers a spec-defined profile above this host "
-        "(refused otherwise; recorded in the run)"
+        help="start a fleet the capacity check says will not fit (local, docker), and "
+        "give docker node containers a spec-defined profile above this host (refused "
+        "otherwise; recorded in the run)"
     ),
 ]
 SpecDirOpt = Annotated[
@@ -51,15 +52,25 @@ def _fail(msg: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _fits(file: Path, experiments: list[Experiment], backend: str, parallel: int = 1) -> None:
-    """Refuse a fleet that would not fit on this machine (before anything starts)."""
+def _fits(
+    file: Path,
+    experiments: list[Experiment],
+    backend: str,
+    parallel: int = 1,
+    oversubscribe: bool = False,
+) -> None:
+    """Refuse a fleet that would not fit on this machine (before anything starts);
+    ``--oversubscribe``: say so and go on (the flag is recorded in the run)."""
     from testbed.capacity import FleetTooLarge, check_sweep
     from testbed.spec.loader import error_at
 
     try:
         check_sweep(experiments, backend, parallel)
     except FleetTooLarge as e:
-        raise _fail(str(error_at(file, e.path, str(e).removeprefix(f"{e.path}: ")))) from None
+        msg = str(error_at(file, e.path, str(e).removeprefix(f"{e.path}: ")))
+        if not oversubscribe:
+            raise _fail(msg) from None
+        err_console.print(f"[yellow]--oversubscribe:[/] {escape(msg)}", highlight=False)
 
 
 @app.command()
@@ -88,7 +99,7 @@ def validate(
         cls = preflight(backend, [e for _a, e in runs], _options(False, oversubscribe), host=False)
     except (SpecError, ValueError) as e:
         raise _fail(str(e)) from None
-    _fits(file, [e for _a, e in runs], backend)
+    _fits(file, [e for _a, e in runs], backend, oversubscribe=oversubscribe)
     exp = runs[0][1]
     console.print(
         f"[green]ok[/] {file}: experiment {exp.name!r}, {len(runs)} configuration(s)"
@@ -142,7 +153,13 @@ def run(
         raise _fail(str(e)) from None
     if parallel < 1:
         raise _fail("--parallel: must be >= 1")
-    _fits(file, [it.experiment for it in items], backend, parallel if item is None else 1)
+    _fits(
+        file,
+        [it.experiment for it in items],
+        backend,
+        parallel if item is None else 1,
+        oversubscribe,
+    )
     sweep = sweep_id or (
         sweep_id_of(str(file), file.read_text() + json.dumps(set_ or []))
         if len(items) > 1

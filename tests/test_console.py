@@ -175,7 +175,8 @@ def test_a_large_fleet_is_shown_by_group_then_its_failed_nodes() -> None:
     the summary one per group with its rounds counted, then only the failed nodes."""
     spec = SPEC.replace(
         "- {id: edge, tier: edge, count: 2}",
-        "- {id: a, tier: edge, profile: rpi5, count: 150}\n    - {id: b, tier: edge, profile: jetson-orin-nano, count: 50}",
+        "- {id: a, tier: edge, profile: rpi5, count: 150}\n"
+        "    - {id: b, tier: edge, profile: jetson-orin-nano, count: 50}",
     )
     console, buf = _console()
     obs = ConsoleObserver(console)

@@ -80,7 +80,7 @@ def test_container_limits_never_pass_memory_above_the_host_unless_oversubscribed
     assert over["mem_limit"] == "1048576m"
 
 
-def test_validate_and_run_answer_alike_and_oversubscribe_is_docker_only(tmp_path: Path) -> None:
+def test_validate_and_run_answer_alike_and_oversubscribe_passes(tmp_path: Path) -> None:
     spec = tmp_path / "big.yaml"
     spec.write_text(BIG)
     runner = CliRunner()
@@ -93,8 +93,8 @@ def test_validate_and_run_answer_alike_and_oversubscribe_is_docker_only(tmp_path
     assert not (tmp_path / "r").exists(), "refused before anything is recorded"
     ok = runner.invoke(cli.app, ["validate", str(spec), "--backend", "docker", "--oversubscribe"])
     assert ok.exit_code == 0 and "(oversubscribed)" in ok.output, ok.output
-    with pytest.raises(NotSupported, match="--oversubscribe: .* --backend local"):
-        preflight("local", [parse_spec(BIG)], {"oversubscribe": True}, host=False)
+    with pytest.raises(NotSupported, match="--oversubscribe: .* --backend simulation"):
+        preflight("simulation", [parse_spec(BIG)], {"oversubscribe": True}, host=False)
 
 
 def test_in_process_workloads_say_where_they_run_off_the_local_backend() -> None:

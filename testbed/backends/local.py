@@ -94,11 +94,16 @@ class LocalBackend(Backend):
     user_apps = True
     #: netem links need a server namespace this process makes (root / CAP_NET_ADMIN).
     netem_needs_root: ClassVar[bool] = True
-    options: ClassVar[frozenset[str]] = frozenset({"warm"})
+    #: ``oversubscribe``: the fleet was started although the capacity check said it would
+    #: not fit (``testbed run --oversubscribe``; the CLI checks, the run records it).
+    options: ClassVar[frozenset[str]] = frozenset({"warm", "oversubscribe"})
 
-    def __init__(self, plan: Plan, run_dir: Path, warm: bool = True) -> None:
+    def __init__(
+        self, plan: Plan, run_dir: Path, warm: bool = True, oversubscribe: bool = False
+    ) -> None:
         super().__init__(plan, run_dir)
         self.warm = warm
+        self.oversubscribe = oversubscribe
         self.procs = ProcGroup()
         self.node_ports: dict[str, int] = {}
         self._cmds: dict[str, list[str]] = {}

@@ -3,7 +3,9 @@
 In order: the run summary (each workload's tables, the summary's scalars, status, wall
 time and, for a failed run, its cause: :mod:`testbed.cause`), what a workload recorded
 beside its summary (functions: SLO attainment, promotions and demotions; LLM pipeline:
-the partition's cuts), the per-(round, node) statuses, the events, and the row counts.
+the partition's cuts), every metric series by name (a user's Flower App's MetricRecord
+keys as the testbed's own), the per-(round, node) statuses, the events, and the row
+counts.
 Long lists are cut with a line that says how much was left out; nothing is estimated.
 """
 
@@ -22,11 +24,11 @@ from rich.table import Table
 from testbed.cause import failure_cause
 from testbed.console import STATE_STYLE, print_summary, workload_summaries
 from testbed.controller.timeline import QUIET
-from testbed.rows import EventRow, RunRow, StatusRow
+from testbed.rows import EventRow, MetricRow, RunRow, StatusRow
 from testbed.runner import RunResult
 from testbed.store import RunStore
 
-__all__ = ["events_table", "show_run", "statuses_table"]
+__all__ = ["events_table", "series_table", "show_run", "statuses_table"]
 
 #: Node rows (groups of nodes with the same statuses) and round columns drawn at most.
 MAX_NODE_ROWS = 20
@@ -42,6 +44,10 @@ CELL = {"completed": "ok", "failed": "FAIL", "late": "late", "excluded": "excl"}
 #: Events of the chaos engine: a fault, or what a fault did.
 FAULT_EVENTS = frozenset({"fault_injected", "fault_rejected"})
 LINK_EVENTS = frozenset({"link_changed", "link_radio"})  # schedules: satellite passes
+#: Metric series listed at most, and rounds spelt out per series (the first
+#: ``SERIES_HEAD`` and the last ``SERIES_TAIL``).
+MAX_SERIES = 40
+SERIES_HEAD, SERIES_TAIL = 4, 2
 #: Summary keys keyed by round (JSON object keys: text once stored).
 ROUND_KEYS = ("global_acc", "federated_acc", "round_duration_s", "virtual_round_s")
 
@@ -54,11 +60,16 @@ def show_run(console: Console, store: RunStore, run: RunRow) -> None:
     cause = failure_cause(store, run)
     if cause is not None:
         s["cause"] = cause.as_dict()
+    if s.get("final_global_acc", 0) is None:  # a user's Flower App: none (its series below)
+        del s["final_global_acc"]
     wall = float(s.get("wall_s", 0.0))
     print_summary(console, RunResult(run.run_id, run.status, Path(run.artifact_dir or ""), wall, s))
     for part in workload_summaries(s):
         _functions_line(console, store, run, part)
     _llm_cuts(console, store.events(run.run_id))
+    metrics = store.metrics(run.run_id)
+    if metrics:
+        console.print(series_table(metrics))
     statuses = store.round_status(run.run_id)
     if statuses:
         console.print(statuses_table(statuses))
@@ -72,7 +83,7 @@ def show_run(console: Console, store: RunStore, run: RunRow) -> None:
     if hidden:
         listed = ", ".join(f"{k} x{n}" for k, n in sorted(hidden.items()))
         console.print(f"  not listed: {listed}", highlight=False)
-    console.print(f"{len(events)} events, {len(store.metrics(run.run_id))} metric rows")
+    console.print(f"{len(events)} events, {len(metrics)} metric rows")
 
 
 def _int_keys(s: dict[str, Any]) -> None:
@@ -126,6 +137,51 @@ def statuses_table(rows: list[StatusRow]) -> Table:
         rest = sum(len(n) for _k, n in items[MAX_NODE_ROWS:])
         t.add_row(f"... {rest} more nodes ({len(items) - MAX_NODE_ROWS} more rows)")
     return t
+
+
+def series_table(rows: list[MetricRow]) -> Table:
+    """One line per metric series, by name (the testbed's and the app's alike: a user's
+    Flower App's MetricRecord keys, ``key[i]`` for a list): its rows, nodes, rounds and
+    the mean of its rows in each round (the first :data:`SERIES_HEAD` and last
+    :data:`SERIES_TAIL` rounds); at most :data:`MAX_SERIES` series."""
+    by_name: dict[str, list[MetricRow]] = {}
+    for m in rows:
+        by_name.setdefault(m.name, []).append(m)
+    t = Table(title=f"metric series ({len(by_name)} names, {len(rows)} rows)")
+    for col in ("series", "rows", "nodes", "rounds"):
+        t.add_column(col, justify="left" if col == "series" else "right")
+    t.add_column("mean of the rows per round (round: mean)")
+    names = sorted(by_name, key=_natural)
+    for name in names[:MAX_SERIES]:
+        ms = by_name[name]
+        nodes = {m.node for m in ms if m.node is not None}
+        rounds = sorted({m.round for m in ms if m.round is not None})
+        span = f"{rounds[0]}-{rounds[-1]}" if len(rounds) > 1 else "".join(map(str, rounds))
+        cells = (str(len(ms)), str(len(nodes)), span or "-", _per_round(ms, rounds))
+        t.add_row(escape(name), *cells)
+    if len(names) > MAX_SERIES:
+        t.add_row(f"... {len(names) - MAX_SERIES} more series")
+    return t
+
+
+def _per_round(ms: list[MetricRow], rounds: list[int]) -> str:
+    """``1: 0.52 · 2: 0.31 · … · 9: 0.77``: the mean of the rows of each round (a
+    series without rounds: the mean of all its rows)."""
+
+    def mean(vs: list[float]) -> str:
+        return f"{sum(vs) / len(vs):.4g}" if vs else "-"
+
+    if not rounds:
+        return f"mean {mean([m.value for m in ms if m.value is not None])} (no round)"
+    cut = len(rounds) > SERIES_HEAD + SERIES_TAIL
+    shown = [*rounds[:SERIES_HEAD], None, *rounds[-SERIES_TAIL:]] if cut else rounds
+    parts = [
+        f"… {len(rounds) - SERIES_HEAD - SERIES_TAIL} rounds …"
+        if r is None
+        else f"{r}: {mean([m.value for m in ms if m.round == r and m.value is not None])}"
+        for r in shown
+    ]
+    return " · ".join(parts)
 
 
 def _cell(status: str) -> str:

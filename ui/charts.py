@@ -10,6 +10,7 @@ charts.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -120,9 +121,14 @@ def node_table(fleet: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _mb(nbytes: float | None) -> float | None:
+    """Megabytes to 3 significant figures (a small app's few hundred bytes stay visible,
+    not ``0.0``)."""
+    return None if nbytes is None else float(f"{nbytes / 1e6:.3g}")
+
+
 def link_table(fleet: dict[str, Any]) -> pd.DataFrame:
     """One row per link: ends, state, bandwidth, latency, jitter, loss, bytes moved."""
-    mb = 1e6
     rows = [
         {
             "link": f"{lk['node']} - {lk['peer']}",
@@ -132,8 +138,8 @@ def link_table(fleet: dict[str, Any]) -> pd.DataFrame:
             "jitter ms": lk["jitter_ms"],
             "loss %": lk["loss_pct"],
             "scheduled": lk["scheduled"],
-            "MB up": None if lk["bytes_up"] is None else round(lk["bytes_up"] / mb, 2),
-            "MB down": None if lk["bytes_down"] is None else round(lk["bytes_down"] / mb, 2),
+            "MB up": _mb(lk["bytes_up"]),
+            "MB down": _mb(lk["bytes_down"]),
         }
         for lk in fleet["links"]
     ]
@@ -172,16 +178,87 @@ def line_chart(y_title: str, colour: str = "series", legend_bottom: bool = False
 
 
 def throughput(df: pd.DataFrame) -> pd.DataFrame:
-    """Model traffic per round and client: (bytes down + up) x 8 / round trip, Mbit/s."""
-    wide = (
-        df[df["name"].isin(["bytes_sent", "bytes_received", "round_trip_s"])]
-        .pivot_table(index=["round", "node"], columns="name", values="value", aggfunc="last")
-        .reset_index()
-    )
+    """Model traffic per round and client, Mbit/s: the bytes that made a round trip
+    (``bytes_sent`` - ``bytes_lost`` + ``bytes_received``) x 8 over the round trips.
+
+    Per (round, node) the observer records ``bytes_sent`` and ``bytes_lost`` once, but
+    ``bytes_received`` and ``round_trip_s`` once per reply: a user's Flower App may send
+    a node several messages a round (quickstart-numpy: train, then evaluate), so the
+    replies are summed (one reply a round, the testbed's FL app: the same as taking it).
+    """
+    names = ["bytes_sent", "bytes_received", "round_trip_s", "bytes_lost"]
+    sel = df[df["name"].isin(names) & df["round"].notna() & df["node"].notna()]
+    wide = sel.pivot_table(
+        index=["round", "node"], columns="name", values="value", aggfunc="sum"
+    ).reset_index()
     if wide.empty or not {"bytes_sent", "bytes_received", "round_trip_s"} <= set(wide.columns):
         return pd.DataFrame(columns=["round", "series", "value"])
-    wide["value"] = (wide["bytes_sent"] + wide["bytes_received"]) * 8 / 1e6 / wide["round_trip_s"]
+    lost = wide["bytes_lost"].fillna(0.0) if "bytes_lost" in wide else 0.0
+    moved = wide["bytes_sent"] - lost + wide["bytes_received"]
+    wide["value"] = moved * 8 / 1e6 / wide["round_trip_s"]
+    wide = wide.dropna(subset=["value"])
     return wide.rename(columns={"node": "series"})[["round", "series", "value"]]
+
+
+#: The series the testbed itself records of an FL run: its own FL app's accuracies and
+#: losses, the observer's bytes and times per (round, node), the simulation's clock, the
+#: fleet's counters. Every other name is the app's own (a user's Flower App: its
+#: MetricRecord keys, ``key[i]`` for a list). Pages list the app's first; an ordering
+#: hint, never a filter (a name missing here is only listed earlier).
+TESTBED_SERIES = frozenset({
+    "global_acc", "global_loss", "federated_acc", "eval_acc", "eval_loss", "train_loss",
+    "silo_acc", "contribution", "shapley", "shapley_se", "staleness", "stale_accepted",
+    "bytes_sent", "bytes_received", "bytes_lost", "round_trip_s", "round_duration_s",
+    "compute_s", "cpu_s", "device_time_s", "participation", "wall_time_s",
+    "virtual_client_s", "virtual_round_s", "virtual_time_s",
+    "peak_rss_mb", "mean_cpu_pct", "link_bytes_up", "link_bytes_down",
+})  # fmt: skip
+#: Flower's weighting key: a user's app reports it beside its metrics, listed after them.
+FLOWER_KEYS = frozenset({"num-examples"})
+
+
+def series_names(df: pd.DataFrame) -> list[str]:
+    """Names of the series in ``df`` that have a round: the app's own first (not in
+    :data:`TESTBED_SERIES`; Flower's ``num-examples`` last of them), then the
+    testbed's, each group sorted by name."""
+    names = set(df.loc[df["round"].notna(), "name"])
+    return sorted(names, key=lambda n: (n in TESTBED_SERIES, n in FLOWER_KEYS, n))
+
+
+def app_series(names: Iterable[str]) -> list[str]:
+    """The names in ``names`` that are not the testbed's (:data:`TESTBED_SERIES`)."""
+    return [n for n in names if n not in TESTBED_SERIES]
+
+
+def _natural(name: str) -> tuple[Any, ...]:
+    """Sort key: ``edge-2`` before ``edge-10``."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name))
+
+
+STATUS_COLOURS = {
+    "completed": "#1a7f37",
+    "failed": "#cf222e",
+    "late": "#bc4c00",
+    "excluded": "#6e7781",
+}
+
+
+def status_grid(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per-(round, node) statuses (``GET /runs/{id}/status``: round, node, status,
+    reason) as a grid: one row per node (natural order), one column per round (its
+    number as text), ``-`` where the node has no status in that round."""
+    grid = rows.pivot_table(index="node", columns="round", values="status", aggfunc="last")
+    grid = grid.reindex(sorted(grid.index, key=_natural))
+    grid.columns = [str(int(c)) for c in grid.columns]
+    return grid.fillna("-")
+
+
+def status_style(status: str) -> str:
+    """CSS of a status cell (its colour; bold when it is not ``completed``)."""
+    colour = STATUS_COLOURS.get(status)
+    if colour is None:
+        return ""
+    return f"color: {colour}" + ("" if status == "completed" else "; font-weight: bold")
 
 
 def event_category(kind: str, effects: Iterable[str] = ()) -> str:

@@ -189,6 +189,15 @@ def fleet(run_id: str) -> dict[str, Any]:
     return _get(f"/runs/{run_id}/fleet")
 
 
+@st.cache_data(ttl=2, show_spinner=False)
+def round_status(run_id: str) -> pd.DataFrame:
+    """A run's status per (round, node): round, node, status (``completed``, ``failed``,
+    ``late``, ``excluded``), reason."""
+    return pd.DataFrame(
+        _get(f"/runs/{run_id}/status"), columns=["round", "node", "status", "reason"]
+    )
+
+
 @st.cache_data(ttl=300, show_spinner=False)
 def resolved_spec(run_id: str) -> str:
     """The resolved spec a run snapshotted."""

@@ -121,7 +121,8 @@ def test_live_page_shows_curves_timeline_and_follows_new_rows(
     assert "status **running**" in out and "round 2/2" in at.get("progress")[0].proto.text
     assert "on `local`" in out
     assert "node_down edge-2 (round 2)" in out and "fault_injected edge-2" in out
-    assert len(at.get("vega_lite_chart")) == 6  # acc, loss, 2 per silo, throughput, timeline
+    # acc, loss, 2 per silo, a metric series by name, throughput, timeline
+    assert len(at.get("vega_lite_chart")) == 7
     store = RunStore(controller.store_root)
     store.add_event(seeded["live"], "node_restarted", round=2, node="edge-2", down_s=3.0)
     store.close()

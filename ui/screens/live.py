@@ -1,5 +1,6 @@
-"""Live run: progress, accuracy and loss per round (global, federated, per silo), link
-throughput, and the events timeline with faults marked — refreshing by itself.
+"""Live run: progress, accuracy and loss per round (global, federated, per silo), any
+metric series by name (a user's Flower App: its own), link throughput, each node's
+status per round, and the events timeline with faults marked — refreshing by itself.
 """
 
 import streamlit as st
@@ -15,5 +16,7 @@ running = client.run(run_id)["status"] == "running"
 live.header(run_id, running)
 st.subheader("Learning")
 live.curves(run_id, running)
+st.subheader("Statuses per round")
+live.statuses(run_id, running)
 st.subheader("Events")
 live.timeline(run_id, running)

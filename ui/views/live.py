@@ -1,4 +1,5 @@
-"""Live run sections: status and progress, learning curves, throughput, event timeline.
+"""Live run sections: status and progress, learning curves, any metric series by name,
+throughput, statuses per round and node, event timeline.
 
 The curves refresh every 2 s and the timeline every 0.5 s while the run runs; both
 fetch only the rows added since their last refresh (see ``client.live_*``).
@@ -67,33 +68,94 @@ def _chart(where: Any, df: pd.DataFrame, y_title: str, colour: str = "series") -
         where.vega_lite_chart(df, charts.line_chart(y_title, colour), width="stretch")
 
 
+#: What the testbed's own FL app records of learning (the four charts of the Learning
+#: section); a user's Flower App records its own metrics instead (*Metric series*).
+LEARNING = ("global_acc", "federated_acc", "global_loss", "eval_acc", "train_loss")
+
+
+def _learning(df: pd.DataFrame) -> None:
+    """Accuracy and loss per round: global, federated, per silo (the testbed's FL app)."""
+    left, right = st.columns(2)
+    left.markdown("**Accuracy per round** — global (server test set) and federated")
+    acc = charts.per_round(df[df["node"].isna()], ["global_acc", "federated_acc"])
+    _chart(left, acc, "accuracy")
+    right.markdown("**Loss per round** — global")
+    loss = charts.per_round(df[df["node"].isna()], ["global_loss"])
+    _chart(right, loss, "loss")
+    left, right = st.columns(2)
+    left.markdown("**Per silo** — local evaluation accuracy")
+    silo = charts.per_round(df, ["eval_acc"]).dropna(subset=["node"])
+    _chart(left, silo, "accuracy", "node")
+    right.markdown("**Per silo** — training loss")
+    tl = charts.per_round(df, ["train_loss"]).dropna(subset=["node"])
+    _chart(right, tl, "loss", "node")
+
+
+def _series(df: pd.DataFrame, run_id: str) -> None:
+    """Any series the run recorded per round, picked by name, one line per node: the
+    app's own first (a user's Flower App: its MetricRecord keys), then the testbed's."""
+    names = charts.series_names(df)
+    if not names:
+        return
+    own = charts.app_series(names)
+    st.markdown("**Metric series** — per round, one line per node (server: no node)")
+    theirs = [n for n in names if n not in own]
+    parts = [f"by the app: {', '.join(own)}"] if own else []
+    parts += [f"by the testbed: {', '.join(theirs)}"] if theirs else []
+    st.caption("recorded " + " · ".join(parts))
+    key = f"series-{run_id}"
+    st.session_state.setdefault(key, names[0])
+    name = st.selectbox("Metric series", names, key=key)
+    _chart(st, charts.per_round(df, [name]), name)
+
+
 def curves(run_id: str, running: bool) -> None:
-    """Accuracy and loss per round (global, federated, per silo) and link throughput."""
+    """Accuracy and loss per round (global, federated, per silo) where the testbed's
+    FL app recorded them, any metric series by name, and link throughput."""
 
     def draw() -> None:
         df = client.live_metrics(run_id)
         if df.empty:
             st.caption("no metrics yet")
             return
-        left, right = st.columns(2)
-        left.markdown("**Accuracy per round** — global (server test set) and federated")
-        acc = charts.per_round(df[df["node"].isna()], ["global_acc", "federated_acc"])
-        _chart(left, acc, "accuracy")
-        right.markdown("**Loss per round** — global")
-        loss = charts.per_round(df[df["node"].isna()], ["global_loss"])
-        _chart(right, loss, "loss")
-        left, right = st.columns(2)
-        left.markdown("**Per silo** — local evaluation accuracy")
-        silo = charts.per_round(df, ["eval_acc"]).dropna(subset=["node"])
-        _chart(left, silo, "accuracy", "node")
-        right.markdown("**Per silo** — training loss")
-        tl = charts.per_round(df, ["train_loss"]).dropna(subset=["node"])
-        _chart(right, tl, "loss", "node")
+        if df["name"].isin(LEARNING).any():
+            _learning(df)
+        else:
+            st.caption(
+                f"no accuracy or loss of the testbed's FL app recorded ({', '.join(LEARNING)}):"
+                " a user's Flower App reports its own metrics, under *Metric series*"
+            )
+        _series(df, run_id)
         st.markdown(
-            "**Link throughput** — model bytes per round (down + up) over the round trip, "
-            "Mbit/s, per client (payload; the wire counters are on the Fleet page)"
+            "**Link throughput** — the model bytes of a round that made a round trip (down"
+            " + up) over its round trips, Mbit/s, per client (payload; the wire counters are"
+            " on the Fleet page)"
         )
         _chart(st, charts.throughput(df), "Mbit/s")
+
+    st.fragment(draw, run_every=CURVES_EVERY_S if running else None)()
+
+
+def statuses(run_id: str, running: bool) -> None:
+    """Each node's status in each round (completed, failed, late, excluded) as a grid,
+    then the ones not completed with their reasons (refreshed with the curves)."""
+
+    def draw() -> None:
+        rows = client.round_status(run_id)
+        if rows.empty:
+            st.caption("no per-round statuses recorded (yet): no FL round has ended")
+            return
+        grid = charts.status_grid(rows)
+        counts = rows["status"].value_counts()
+        st.caption(
+            f"{len(grid)} nodes × {len(grid.columns)} rounds: "
+            + ", ".join(f"{n} {status}" for status, n in counts.items())
+        )
+        st.dataframe(grid.style.map(charts.status_style))
+        other = rows[rows["status"] != "completed"].sort_values(["round", "node"])
+        if not other.empty:
+            st.markdown("**Not completed** — the round, the node and why")
+            st.dataframe(other[["round", "node", "status", "reason"]], hide_index=True)
 
     st.fragment(draw, run_every=CURVES_EVERY_S if running else None)()
 

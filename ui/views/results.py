@@ -33,8 +33,10 @@ def side_by_side(cmp: dict[str, Any]) -> None:
                 "status": r["status"],
                 "workload": r["workload"],
                 "seed": r["seed"],
-                "final global acc": (
-                    None if r["final_global_acc"] is None else round(r["final_global_acc"], 4)
+                "final global acc": (  # a user's Flower App records none: not invented
+                    "not recorded"
+                    if r["final_global_acc"] is None
+                    else round(r["final_global_acc"], 4)
                 ),
                 "wall s": None if r["wall_s"] is None else round(r["wall_s"], 1),
                 "sweep": r["sweep_id"] or "none",
@@ -49,7 +51,8 @@ def side_by_side(cmp: dict[str, Any]) -> None:
 def overlay(run_ids: list[str]) -> None:
     """A metric of every chosen run per round, on one chart."""
     frames = {r: client.metrics(r) for r in run_ids}
-    names = sorted(set().union(*(set(f.loc[f["round"].notna(), "name"]) for f in frames.values())))
+    # the app's own series first (a user's Flower App: its MetricRecord keys)
+    names = charts.series_names(pd.concat(frames.values(), ignore_index=True))
     if not names:
         st.caption("these runs recorded no per-round metrics")
         return

@@ -179,6 +179,21 @@ def _clock(tl: dict[str, Any]) -> str:
                         key="timeline_clock", horizontal=True))  # fmt: skip
 
 
+def _missing_keys(tl: dict[str, Any], metrics: pd.DataFrame, events: pd.DataFrame) -> None:
+    """Say which declared key metrics have no rows (a user's Flower App records its own
+    series, not the testbed's ``global_acc``: where those are)."""
+    declared = [m for w in tl["workloads"] for m in w["key_metrics"]]
+    missing = [m for m in declared if m not in set(metrics["name"])]
+    if not missing:
+        return
+    user_app = bool((events["kind"] == "user_app").any())
+    st.caption(
+        f"no rows of {', '.join(missing)} in this run"
+        + (": its app (a user's Flower App) records its own metric series; the Live run"
+           " page plots them by name" if user_app else "")
+    )  # fmt: skip
+
+
 def draw(run_id: str, running: bool) -> None:
     """The whole page body for one run (redrawn every 2 s while it runs)."""
     clock = _clock(client.timeline(run_id))
@@ -206,6 +221,7 @@ def draw(run_id: str, running: bool) -> None:
                     " recorded yet.")  # fmt: skip
         else:
             st.dataframe(summary_table(tl), hide_index=True)
+            _missing_keys(tl, metrics, events)
         for title, spec in panels(metrics, x, clock):
             st.markdown(f"**{title}**")
             st.vega_lite_chart(spec, width="stretch")

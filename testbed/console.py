@@ -224,6 +224,8 @@ def print_summary(console: Console, result: RunResult) -> None:
         for line in (*memory_lines(part), *fleet_lines(part)):
             console.print(line, highlight=False)
     for k, v in s.items():
+        if k == "final_global_acc" and v is None and not s.get("global_acc"):
+            continue  # (an app that records no accuracy, e.g. a user's: nothing to say)
         if k not in _TABLE_KEYS | SHOWN and not isinstance(v, dict | list):
             console.print(f"{k}: {escape(str(v))}", highlight=False)
     console.print(

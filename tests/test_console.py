@@ -199,3 +199,12 @@ def test_a_large_fleet_is_shown_by_group_then_its_failed_nodes() -> None:
     assert "b-3 0 1 1" in lines  # the one node with a failure: completed, failed, other
     assert not any(line.startswith("a-1 ") for line in lines)
     assert len(lines) < 15
+
+
+def test_no_accuracy_line_for_an_app_that_records_none() -> None:
+    """A user's app records no global accuracy: no ``final_global_acc: None`` line; our
+    own app's failed run without one still says so."""
+    app = {"global_acc": {}, "final_global_acc": None, "node_status": {"e-1": {1: "completed"}}}
+    assert not any(line.startswith("final_global_acc") for line in _lines(app))
+    ours = {"global_acc": {0: 0.1}, "final_global_acc": None}
+    assert "final_global_acc: None" in _lines(ours)

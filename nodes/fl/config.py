@@ -198,6 +198,12 @@ class FLSpec(Hosted):
         default_factory=dict,
         description="run config of the app (keys its [tool.flwr.app.config] declares)",
     )
+    node_config: dict[str, bool | int | float | str] = Field(
+        default_factory=dict,
+        description="node config the app's ClientApp reads on every client node (what "
+        "flower-supernode --node-config gives, e.g. a data path); '{node}' in a string "
+        "value becomes the node's name",
+    )
     dataset: DatasetSpec = DatasetSpec()
     partitioner: PartitionerSpec = PartitionerSpec()
     model: ModelSpec = ModelSpec()
@@ -231,8 +237,12 @@ class FLSpec(Hosted):
 
     @model_validator(mode="after")
     def _user_app(self, info: ValidationInfo) -> FLSpec:
-        if self.app_config and self.app is None:
-            raise ValueError("app_config: needs 'app' (a Flower App folder)")
+        for key in ("app_config", "node_config"):
+            if getattr(self, key) and self.app is None:
+                raise ValueError(f"{key}: needs 'app' (a Flower App folder)")
+        from nodes.fl.userapp import check_node_config
+
+        check_node_config(self.node_config)
         if self.app is not None and spec_dir(info) is not None:  # loading the spec
             from nodes.fl.userapp import check_app
 

@@ -17,7 +17,8 @@ The testbed records what happens to a user's app without touching its strategy:
   bytes, durations, and every MetricRecord key as a metric series.
 
 The testbed's run config keys (``testbed-*``, :data:`nodes.fl.userapp.TESTBED_PREFIX`)
-are removed from the context the user's code sees.
+are removed from the context the user's code sees; its ClientApp's node config gains the
+spec's ``workload.fl.node_config`` (run config key ``testbed-node-config``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from nodes.device_control import read_control, stretch
 from nodes.fl.telemetry import Telemetry
-from nodes.fl.userapp import TESTBED_PREFIX
+from nodes.fl.userapp import TESTBED_PREFIX, node_config_of
 
 #: The record a ClientApp reply carries to the observing Grid (taken out there).
 OBSERVED = "testbed.observed"
@@ -71,10 +72,16 @@ def _load(ref: str, kind: type, app_name: str, component: str) -> Any:
     return obj
 
 
-def user_context(context: Context) -> Context:
-    """``context`` without the testbed's run config keys (the same state record)."""
+def user_context(context: Context, node: str | None = None) -> Context:
+    """``context`` without the testbed's run config keys (the same state record); on a
+    client node (``node``: its name), with the spec's ``node_config`` in its node config
+    (:func:`nodes.fl.userapp.node_config_of`)."""
     rc = {k: v for k, v in context.run_config.items() if not k.startswith(TESTBED_PREFIX)}
-    return dataclasses.replace(context, run_config=rc)
+    if node is None:
+        return dataclasses.replace(context, run_config=rc)
+    extra = json.loads(str(context.run_config.get(f"{TESTBED_PREFIX}node-config", "{}")))
+    node_config = {**context.node_config, **node_config_of(extra, node)}
+    return dataclasses.replace(context, run_config=rc, node_config=node_config)
 
 
 def payload_bytes(content: RecordDict) -> int:
@@ -119,7 +126,7 @@ def observed_client_app(ref: str, app_name: str) -> ClientApp:
         control = read_control(str(control_path) if control_path else None).active(rnd)
         t0, c0 = time.perf_counter(), time.process_time()
         try:
-            reply = inner(message, user_context(context))
+            reply = inner(message, user_context(context, node))
         except Exception as e:
             raise UserAppError(
                 f"app {app_name!r}: ClientApp on node {node} raised in "

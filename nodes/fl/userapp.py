@@ -38,6 +38,14 @@ FAB_DIRNAME = "app"
 IGNORED = (".git", "__pycache__", ".venv", "*.pyc", "final_model*", ".ipynb_checkpoints")
 #: Seconds the import check of the components may take (an app importing torch: ~3 s).
 IMPORT_CHECK_TIMEOUT_S = 120.0
+#: Node config keys the testbed gives every client node (``testbed/planner.py``'s
+#: ``PlannedNode.node_config`` and the control file): ``node_config`` may not set them.
+TESTBED_NODE_KEYS = (
+    "partition-id", "num-partitions", "node-name", "tier", "profile", "speed-factor",
+    "protocol-timing", "control-path",
+)  # fmt: skip
+#: What ``{node}`` in a ``node_config`` string value becomes: the node's name.
+NODE_PLACEHOLDER = "{node}"
 
 ConfigValue = bool | int | float | str
 
@@ -152,6 +160,24 @@ for comp, ref in json.loads(sys.argv[2]).items():
         errors.append(f"{comp} {ref!r} is a {type(obj).__name__}, not a {want[comp].__name__}")
 print(json.dumps(errors))
 """
+
+
+def check_node_config(node_config: dict[str, ConfigValue]) -> None:
+    """ValueError naming the ``node_config`` keys that are the testbed's own."""
+    reserved = sorted(k for k in node_config if k in TESTBED_NODE_KEYS)
+    if reserved:
+        raise ValueError(
+            f"node_config: {', '.join(repr(k) for k in reserved)} set by the testbed on "
+            f"every node ({', '.join(TESTBED_NODE_KEYS)})"
+        )
+
+
+def node_config_of(node_config: dict[str, ConfigValue], node: str) -> dict[str, ConfigValue]:
+    """``node_config`` as node ``node`` sees it: ``{node}`` in a string value is its name."""
+    return {
+        k: v.replace(NODE_PLACEHOLDER, node) if isinstance(v, str) else v
+        for k, v in node_config.items()
+    }
 
 
 def check_components(info: AppInfo) -> None:

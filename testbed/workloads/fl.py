@@ -171,6 +171,7 @@ class FlRun:
             "round-timeout-s": float(self.spec.round_timeout_s),
             "protocol-timing": self.spec.protocol_timing,
             "artifact-dir": str(run_dir.resolve()),
+            "node-config": json.dumps(self.spec.node_config),
         }
         keys = {f"{TESTBED_PREFIX}{k}": v for k, v in keys.items()}
         assert self.spec.app is not None

@@ -8,6 +8,7 @@ and check that nothing outlives the run.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -153,6 +154,50 @@ def test_an_undeclared_app_config_key_is_refused_naming_the_apps_keys(tmp_path: 
     assert res.returncode == 2 and "Traceback" not in out, out
     assert "'rounds' not declared by app 'quickstart-numpy'" in out
     assert "keys: num-server-rounds" in out
+
+
+@pytest.mark.parametrize(
+    ("app", "fl", "expect"),
+    [
+        (False, "node_config: {db-url: x}\n", "node_config: needs 'app'"),
+        (True, "node_config: {node-name: x, db-url: y}\n",
+         "node_config: 'node-name' set by the testbed on every node"),  # fmt: skip
+    ],
+    ids=["without-app", "testbed-key"],
+)
+def test_node_config_needs_an_app_and_leaves_the_testbeds_keys(
+    tmp_path: Path, app: bool, fl: str, expect: str
+) -> None:
+    text = spec_yaml(str(QUICKSTART), fl=fl)
+    if not app:
+        text = text.replace(f"    app: {QUICKSTART}\n", "")
+    res = validate(tmp_path, text)
+    out = res.stdout + res.stderr
+    assert res.returncode == 2 and "Traceback" not in out, out
+    assert expect in out, out
+
+
+def test_the_apps_clientapp_sees_node_config_with_its_node_name() -> None:
+    """What observed_client_app hands the user's ClientApp on node e-2: the spec's
+    node_config (``{node}``: e-2) over the SuperNode's, no ``testbed-*`` run config key;
+    and node_config cannot set a key the testbed gives every node."""
+    from flwr.app import Context, RecordDict
+
+    from nodes.fl.observe import user_context
+    from nodes.fl.userapp import TESTBED_NODE_KEYS
+    from testbed.planner import make_plan
+
+    rc = {"num-server-rounds": 2, "testbed-node-config": json.dumps(
+        {"db-url": "sqlite:////d/{node}.db", "n": 3})}  # fmt: skip
+    ctx = Context(run_id=1, node_id=7, node_config={"node-name": "e-2", "partition-id": 1},
+                  state=RecordDict(), run_config=rc)  # fmt: skip
+    seen = user_context(ctx, "e-2")
+    assert seen.run_config == {"num-server-rounds": 2}
+    assert seen.node_config == {"node-name": "e-2", "partition-id": 1,
+                                "db-url": "sqlite:////d/e-2.db", "n": 3}  # fmt: skip
+    assert user_context(ctx).node_config == ctx.node_config  # (the ServerApp's)
+    client = make_plan(parse_spec(spec_yaml("apps/quickstart-numpy"), folder=DATA)).clients[0]
+    assert {*client.node_config(3), "control-path"} == set(TESTBED_NODE_KEYS)
 
 
 def test_flower_version_outside_the_supported_range_is_named() -> None:

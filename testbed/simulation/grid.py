@@ -6,7 +6,7 @@
 * ``get_node_ids`` (once armed, i.e. after the ServerApp's wait for its fleet) leaves
   out the clients that are down at the current virtual time, so the strategy does not
   sample them (the store says ``excluded``, as for a node the SuperLink does not list);
-* ``send_and_receive`` of a train round times every reply on the virtual clock
+* ``send_and_receive`` of a train (or query) round times every reply on the virtual clock
   (:class:`testbed.simulation.clock.VirtualClock`): a reply past the round deadline is
   withheld (the recording strategy records ``failed``) and delivered by ``pull_messages``
   once virtual time has passed its arrival (``late``, ``workload.fl.stale_updates``); a
@@ -50,12 +50,22 @@ def _scalar(msg: Message, key: str, default: float) -> float:
     return float(value) if isinstance(value, int | float) else default
 
 
+#: Message types whose exchange is a round on the virtual clock: a strategy's (or a
+#: legacy workflow's) training, and an analytics app's query. Evaluation is not timed.
+TIMED = frozenset({MessageType.TRAIN, MessageType.QUERY})
+
+
 def _round_of(messages: list[Message]) -> int | None:
-    """The ``server-round`` of a batch of messages (None when they carry none)."""
+    """The round of a batch of messages: the ``server-round`` of their ConfigRecord
+    (Flower's Message API strategies), else a numeric group id (Flower's legacy
+    workflows: the server round), else None."""
     for m in messages:
         cfg = m.content.config_records
         if "config" in cfg and "server-round" in cfg["config"]:
             return int(str(cfg["config"]["server-round"]))
+    for m in messages:
+        if m.metadata.group_id.isdigit():
+            return int(m.metadata.group_id)
     return None
 
 
@@ -216,9 +226,14 @@ class ClockedGrid:
     ) -> Iterable[Message]:
         """Flower's call, with the deadline decided on virtual time."""
         messages = list(messages)
+        if not messages or messages[0].metadata.message_type not in TIMED:
+            # evaluation (and a legacy app's get_parameters): not timed; a wall timeout
+            # means nothing on the virtual clock (Ray's start would count): the cap
+            wall = None if timeout is None else max(timeout, self.wall_cap_s)
+            return self._send(messages, timeout=wall)
         rnd = _round_of(messages)
-        if not messages or messages[0].metadata.message_type != MessageType.TRAIN or rnd is None:
-            return self._send(messages, timeout=timeout)  # evaluation: wall as usual
+        if rnd is None:  # (no round of its own, e.g. an analytics query: the next one)
+            rnd = self.ended + 1
         self._begin(rnd)
         sizes: dict[int, int] = {}
         down = {m.metadata.dst_node_id: _cached(sizes, m) for m in messages}

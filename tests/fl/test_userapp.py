@@ -211,7 +211,6 @@ def statuses(store: RunStore, run_id: str) -> dict[tuple[int, str], str]:
     return {(r, n): s for r, n, s, _why in store.round_status(run_id)}
 
 
-@pytest.mark.slow
 def check_faults_recorded(store: RunStore, run_id: str, run_dir: Path) -> None:
     """What quickstart-numpy's run with e-2 crashed and e-1 cut off from round 2 must
     record (on any backend that runs it: tests/docker/test_docker_userapp.py too)."""
@@ -231,6 +230,7 @@ def check_faults_recorded(store: RunStore, run_id: str, run_dir: Path) -> None:
     assert (Path(run_dir) / "nodes" / "cloud" / "final_model.npz").exists()  # app's own
 
 
+@pytest.mark.slow
 def test_quickstart_numpy_with_a_crash_and_a_partition(tmp_path: Path) -> None:
     """Flower's quickstart-numpy, unmodified, on 3 edge nodes: e-2 crashes before round 2,
     e-1's link is cut before round 2 for longer than the round deadline."""

@@ -126,19 +126,21 @@ def test_federated_analytics_with_a_crash_and_a_partition(tmp_path: Path) -> Non
 
 
 def test_federated_analytics_on_the_simulation_backend(tmp_path: Path) -> None:
-    """The same app on Flower's Simulation Engine: e-2, down when the app samples, is
-    not sampled (``excluded``); e-3's and e-1's databases make the statistics.
-
-    ``round_timeout_s`` is 30 s: a ``query`` message is not a train round, so it is not
-    timed on the virtual clock (testbed/simulation/grid.py) but waits on the wall
-    clock, where Ray's first start of the ClientApp counts (5-10 s here)."""
+    """The same app and faults on Flower's Simulation Engine: its ``query`` round is
+    timed on the virtual clock, so e-1's reply, past the deadline behind its cut link,
+    never reaches the app; e-2, down when the app samples, is not sampled
+    (``excluded``); e-3's database alone makes the statistics."""
     data = write_databases(tmp_path / "db")
     store = RunStore(tmp_path / "runs")
-    text = analytics_spec(tmp_path / "db", 30, "- {kind: crash, node: e-2, at_round: 1}\n")
+    text = analytics_spec(tmp_path / "db", 6, textwrap.dedent("""\
+        - {kind: crash, node: e-2, at_round: 1}
+        - {kind: partition, node: e-1, at_round: 1, duration_s: 20}
+        """))  # fmt: skip
     res = run_experiment(parse_spec(text), store, spec_path="inline", backend="simulation")
     assert res.status == "completed", res.summary
-    assert check_analytics(store, res.run_id, res.artifact_dir, data) == ["e-1", "e-3"]
-    assert statuses(store, res.run_id)[(1, "e-2")] == "excluded"
+    assert check_analytics(store, res.run_id, res.artifact_dir, data) == ["e-3"]
+    st = statuses(store, res.run_id)
+    assert st[(1, "e-1")] == "failed" and st[(1, "e-2")] == "excluded"
     assert processes_under(tmp_path) == []
 
 
@@ -185,20 +187,16 @@ def test_e2e_bare_with_a_crash_and_a_partition(tmp_path: Path) -> None:
 
 
 def test_e2e_bare_on_the_simulation_backend(tmp_path: Path) -> None:
-    """The legacy app on Flower's Simulation Engine with e-2 crashed before round 2.
-
-    ``round_timeout_s`` is 30 s: its messages carry no ``server-round``, so none is
-    timed on the virtual clock; they wait on the wall clock, Ray's start included."""
+    """The legacy app on Flower's Simulation Engine with e-2 crashed before round 2:
+    its train messages carry no ``server-round`` but their group id is the round, so
+    the virtual clock times them and fires the fault at round 2 (Ray's start, on the
+    wall clock, counts against no deadline)."""
     store = RunStore(tmp_path)
-    text = bare_spec(30, "- {kind: crash, node: e-2, at_round: 2}\n")
+    text = bare_spec(6, "- {kind: crash, node: e-2, at_round: 2}\n")
     res = run_experiment(parse_spec(text), store, spec_path="inline", backend="simulation")
     assert res.status == "completed", res.summary
     st = check_bare(store, res.run_id)
     assert processes_under(tmp_path) == []
-    if st[(2, "e-2")] == "completed":  # known: see the reason
-        pytest.xfail(
-            "simulation: a fault at_round r never fires for an app whose messages carry "
-            "no config['server-round'] (testbed/simulation/grid.py advances its rounds on "
-            "Message-API train rounds only)"
-        )
     assert all(st.get((r, "e-2")) not in (None, "completed") for r in (2, 3))
+    virtual = [row[3] for row in store.metrics(res.run_id, "virtual_round_s")]
+    assert len(virtual) == 3, virtual  # its three train rounds, timed

@@ -18,6 +18,7 @@ the context the user's code sees. The user's folder is never written.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -146,20 +147,39 @@ sys.path.insert(0, sys.argv[1])
 from flwr.clientapp import ClientApp
 from flwr.serverapp import ServerApp
 want = {"serverapp": ServerApp, "clientapp": ClientApp}
-errors = []
+declared = set(json.loads(sys.argv[3]))
+errors, absent = [], []
 for comp, ref in json.loads(sys.argv[2]).items():
     module, _, attr = ref.partition(":")
     try:
         obj = importlib.import_module(module)
         for part in attr.split("."):
             obj = getattr(obj, part)
+    except ModuleNotFoundError as e:
+        top = (e.name or "").split(".")[0]
+        if top.lower().replace("-", "_") in declared:
+            absent.append(top)  # a dependency the app declares, not installed here
+        else:
+            errors.append(f"{comp} {ref!r} does not import: {type(e).__name__}: {e}")
+        continue
     except Exception as e:
         errors.append(f"{comp} {ref!r} does not import: {type(e).__name__}: {e}")
         continue
     if not isinstance(obj, want[comp]):
         errors.append(f"{comp} {ref!r} is a {type(obj).__name__}, not a {want[comp].__name__}")
-print(json.dumps(errors))
+print(json.dumps({"errors": errors, "absent": sorted(set(absent))}))
 """
+
+
+def declared_modules(info: AppInfo) -> list[str]:
+    """The app's ``[project].dependencies`` as importable top-level names (the
+    distribution name, lower case, ``-`` and ``.`` as ``_``: the usual convention)."""
+    doc = tomllib.loads((info.path / "pyproject.toml").read_text())
+    out = []
+    for dep in doc.get("project", {}).get("dependencies", []) or []:
+        name = re.split(r"[\s\[<>=!~;(@]", str(dep).strip(), maxsplit=1)[0]
+        out.append(re.sub(r"[-.]", "_", name).lower())
+    return out
 
 
 def check_node_config(node_config: dict[str, ConfigValue]) -> None:
@@ -180,13 +200,20 @@ def node_config_of(node_config: dict[str, ConfigValue], node: str) -> dict[str, 
     }
 
 
-def check_components(info: AppInfo) -> None:
+def check_components(info: AppInfo) -> list[str]:
     """Import the app's two components in a fresh interpreter (the app's modules stay out
     of this process); ValueError naming each one that does not import or is not a
-    ServerApp / ClientApp."""
+    ServerApp / ClientApp. A component that does not import only because a dependency
+    the app declares is not installed here is not an error: those modules are returned
+    (the backend decides: docker installs them in its image, local and simulation need
+    them on this host, :func:`require_on_host`)."""
+    key = (str(info.path), (info.path / "pyproject.toml").stat().st_mtime_ns)
+    if key in _CHECKED:
+        return _CHECKED[key]
     try:
         res = subprocess.run(
-            [sys.executable, "-c", _IMPORT_CHECK, str(info.path), json.dumps(info.components)],
+            [sys.executable, "-c", _IMPORT_CHECK, str(info.path), json.dumps(info.components),
+             json.dumps(declared_modules(info))],
             capture_output=True,
             text=True,
             timeout=IMPORT_CHECK_TIMEOUT_S,
@@ -199,19 +226,41 @@ def check_components(info: AppInfo) -> None:
         ) from None
     lines = res.stdout.strip().splitlines()
     try:
-        errors = json.loads(lines[-1]) if lines else None
+        found = json.loads(lines[-1]) if lines else None
     except json.JSONDecodeError:
-        errors = None
-    if errors is None:
+        found = None
+    if not isinstance(found, dict):
         tail = (res.stderr.strip().splitlines() or ["no output"])[-1]
         raise ValueError(f"app {info.name!r}: its components could not be checked ({tail})")
-    if errors:
-        raise ValueError(f"app {info.name!r} ({info.path}): " + "; ".join(errors))
+    if found["errors"]:
+        raise ValueError(f"app {info.name!r} ({info.path}): " + "; ".join(found["errors"]))
+    _CHECKED[key] = list(found["absent"])
+    return _CHECKED[key]
+
+
+#: Import checks already made in this process: (app folder, pyproject mtime) -> modules
+#: of declared dependencies that were not installed.
+_CHECKED: dict[tuple[str, int], list[str]] = {}
+
+
+def require_on_host(path: str | Path, backend: str) -> None:
+    """ValueError when the app needs a declared dependency this host's Python lacks, on
+    a backend whose apps run here (local, simulation)."""
+    info = read_app(path)
+    absent = check_components(info)
+    if absent:
+        raise ValueError(
+            f"workload.fl.app: app {info.name!r} imports {', '.join(absent)}, a dependency "
+            f"it declares that this host's Python lacks; --backend {backend} runs the app "
+            "here: pip install it, or use --backend docker (it installs the app's "
+            "dependencies in a derived image)"
+        )
 
 
 def check_app(path: str | Path, app_config: dict[str, ConfigValue]) -> AppInfo:
     """Everything :func:`read_app`, :func:`check_app_config` and
-    :func:`check_components` check, in that order."""
+    :func:`check_components` check, in that order (a declared dependency missing here
+    is left to the backend's preflight)."""
     info = read_app(path)
     check_app_config(info, app_config)
     check_components(info)

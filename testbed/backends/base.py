@@ -120,6 +120,9 @@ class Backend(abc.ABC):
     user_apps : bool
         True when it runs a user's own Flower App (``workload.fl.app``); the preflight
         refuses one elsewhere, naming the field.
+    app_runs_on_host : bool
+        True when a user's app runs with this host's Python (local, simulation): the
+        preflight refuses an app whose declared dependency is not installed here.
 
     Attributes
     ----------
@@ -141,6 +144,9 @@ class Backend(abc.ABC):
     options: ClassVar[frozenset[str]] = frozenset()
     #: Runs a user's own Flower App (``workload.fl.app``, :mod:`nodes.fl.userapp`).
     user_apps: ClassVar[bool] = False
+    #: A user's app runs with this host's Python (its declared dependencies must be
+    #: installed here); False: the backend brings them (docker: a derived image).
+    app_runs_on_host: ClassVar[bool] = True
 
     def __init__(self, plan: Plan, run_dir: Path, **options: Any) -> None:
         """Keep the run; ``options`` are the backend's own (``warm``, ``image`` ...)."""
@@ -227,11 +233,17 @@ class Backend(abc.ABC):
     @classmethod
     def _check_user_app(cls, exp: Experiment) -> None:
         fl = exp.workload.fl
-        if fl is not None and fl.app is not None and not cls.user_apps:
+        if fl is None or fl.app is None:
+            return
+        if not cls.user_apps:
             raise NotSupported(
                 f"workload.fl.app: a user's own Flower App is not supported on --backend "
-                f"{cls.name} yet (supported: --backend local)"
+                f"{cls.name} yet (supported: --backend local, docker, simulation)"
             )
+        if cls.app_runs_on_host:
+            from nodes.fl.userapp import require_on_host
+
+            require_on_host(fl.app, cls.name)
 
     @classmethod
     def _check_links(cls, exp: Experiment) -> None:

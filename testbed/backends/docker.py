@@ -67,6 +67,8 @@ from testbed.spec.models import Experiment
 if TYPE_CHECKING:
     from docker.models.containers import Container
 
+    from testbed.backends.app_image import AppImage
+
 IMAGE_ENV = "TESTBED_IMAGE"
 DEFAULT_IMAGE = "continuum-testbed:latest"
 RUN_LABEL = "testbed.run"
@@ -175,7 +177,9 @@ class DockerBackend(LocalBackend):
     """
 
     name = "docker"
-    user_apps = True  # (Flower ships the app to the containers; its deps: the image)
+    user_apps = True  # (Flower ships the app to the containers)
+    #: The app's declared dependencies the image lacks: a derived image (app_image.py).
+    app_runs_on_host = False
     #: netem links fall back to proxy (saying why) where they cannot be made.
     netem_needs_root = False
     options: ClassVar[frozenset[str]] = frozenset({"warm", "image", "oversubscribe"})
@@ -193,6 +197,7 @@ class DockerBackend(LocalBackend):
         self.oversubscribe = oversubscribe  # profiles above the host: refused unless set
         self.run_dir = run_dir.resolve()
         self.image = image or image_name()
+        self.app_image: AppImage | None = None  # a user's app: the image it runs in
         self.run_label = self.run_dir.name
         self.client = connect()
         self.containers: dict[str, Container] = {}
@@ -330,6 +335,12 @@ class DockerBackend(LocalBackend):
         """
         timeout_s = max(timeout_s, start_timeout_s(len(self.plan.clients)))
         check_image(self.client, self.image)
+        fl = self.plan.experiment.workload.fl
+        if fl is not None and fl.app is not None:  # its dependencies: a derived image
+            from testbed.backends.app_image import app_image
+
+            self.app_image = app_image(self.client, self.image, Path(fl.app))
+            self.image = self.app_image.image
         self._catch_sigterm()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         write_fleet_file(self.run_dir, self._run_tag)  # (the reaper finds the namespaces)
@@ -374,6 +385,8 @@ class DockerBackend(LocalBackend):
         limits = capped(self.plan, self.host, self.oversubscribe)
         if limits:
             out["limits_capped"] = limits
+        if self.app_image is not None:
+            out["app_image"] = self.app_image.describe()
         return out
 
     def _pid(self, name: str) -> int:

@@ -150,6 +150,7 @@ FLEET_KEYS = (
     "in_process",
     "clock",
     "ray",
+    "app_image",
     "ignored",
 )
 

@@ -148,6 +148,40 @@ def test_what_is_not_a_flower_app_is_refused_at_validate(
     assert expect in out and "Traceback" not in out, out
 
 
+def with_dependency(app: Path, requirement: str) -> Path:
+    """The app at ``app`` declaring ``requirement`` in ``[project].dependencies``."""
+    pyproject = app / "pyproject.toml"
+    text = pyproject.read_text()
+    deps = f'dependencies = ["{requirement}"]\n'
+    pyproject.write_text(text.replace('version = "1.0.0"\n', f'version = "1.0.0"\n{deps}'))
+    return app
+
+
+def test_a_declared_dependency_missing_here_is_left_to_the_backend(tmp_path: Path) -> None:
+    """The client imports ``tinydep_xyz``, which this host lacks: declared, local and
+    simulation refuse (they run the app here) naming it; docker takes it (it installs
+    the app's dependencies in a derived image). Undeclared: refused everywhere."""
+    app = with_dependency(write_app(tmp_path, "depapp", top="import tinydep_xyz"),
+                          "tinydep-xyz>=1.0")  # fmt: skip
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(spec_yaml(str(app)))
+    for backend in ("local", "simulation"):
+        res = subprocess.run(
+            [sys.executable, "-m", "testbed", "validate", str(spec), "--backend", backend],
+            capture_output=True, text=True, timeout=120, env=os.environ,
+        )  # fmt: skip
+        out = " ".join(res.stderr.split())
+        assert res.returncode == 2 and "imports tinydep_xyz" in out, out
+        assert f"--backend {backend} runs the app here" in out and "--backend docker" in out
+    res = subprocess.run(
+        [sys.executable, "-m", "testbed", "validate", str(spec), "--backend", "docker"],
+        capture_output=True, text=True, timeout=120, env=os.environ,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    undeclared = write_app(tmp_path / "u", "undeclared", top="import tinydep_xyz")
+    assert validate(tmp_path, spec_yaml(str(undeclared))).returncode == 2
+
+
 def test_an_undeclared_app_config_key_is_refused_naming_the_apps_keys(tmp_path: Path) -> None:
     res = validate(tmp_path, spec_yaml(str(QUICKSTART), fl="app_config: {rounds: 2}\n"))
     out = res.stdout + res.stderr

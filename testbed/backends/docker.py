@@ -54,6 +54,7 @@ from testbed.backends.docker_node import (
     input_dirs,
     memory_mb_of,
 )
+from testbed.backends.gpu import gpu_nodes, gpu_note, gpu_request, gpu_unavailable
 from testbed.backends.host_limits import Host, capped, check_limits, grouped
 from testbed.backends.image_source import checkout_hash, image_hash
 from testbed.backends.local import REGISTER_TIMEOUT_S, LocalBackend
@@ -317,7 +318,13 @@ class DockerBackend(LocalBackend):
         default the node's among the clients)."""
         host = sorted(os.sched_getaffinity(0))
         index = self.plan.clients.index(node) if index is None else index
-        return container_limits(node, index, host, self.host.memory_mb, self.oversubscribe)
+        limits = container_limits(node, index, host, self.host.memory_mb, self.oversubscribe)
+        return {**limits, **gpu_request(node, self._no_gpu)}
+
+    @functools.cached_property
+    def _no_gpu(self) -> str | None:
+        """Why GPU profiles stay emulated on this host (None: GPUs are passed through)."""
+        return gpu_unavailable(self.client) if gpu_nodes(self.plan) else "no GPU profile"
 
     @functools.cached_property
     def _inputs(self) -> tuple[str, ...]:
@@ -387,6 +394,9 @@ class DockerBackend(LocalBackend):
             out["limits_capped"] = limits
         if self.app_image is not None:
             out["app_image"] = self.app_image.describe()
+        gpu = gpu_note(self.plan, self._no_gpu)
+        if gpu is not None:
+            out["gpu"] = gpu
         return out
 
     def _pid(self, name: str) -> int:

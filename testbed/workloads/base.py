@@ -151,6 +151,7 @@ FLEET_KEYS = (
     "clock",
     "ray",
     "app_image",
+    "gpu",
     "ignored",
 )
 

@@ -153,14 +153,36 @@ class ChaosEngine:
         self.store.add_event(self.run_id, name, round=round, node=node, **data)
 
     def node_down(self, node: str, reason: str, kind: str) -> None:
-        """Book ``node`` as down since now (``node_down`` event)."""
-        self.down[node] = {"since": time.time(), "round_down": self.round, "fault": kind}
+        """Book ``node`` as down since now (``node_down`` event). Faults that take a node
+        down overlap as on the virtual clock: each holds it down, and it comes back when
+        the last one that holds it ends (:meth:`release`); a crash holds it for good."""
+        if node in self.down:  # already down: one more hold
+            self.down[node]["holds"] += 1
+        else:
+            self.down[node] = {
+                "since": time.time(), "round_down": self.round, "fault": kind, "holds": 1
+            }  # fmt: skip
         self.event("node_down", node, reason=reason)
+
+    def release(self, node: str, kind: str) -> bool:
+        """A fault of ``kind`` that held ``node`` down ends: True when no other fault
+        holds it (restart it now, then :meth:`node_restarted`); else the node stays down
+        (``node_held`` event, naming what still holds it)."""
+        info = self.down.get(node)
+        if info is None:
+            return True
+        if info["holds"] > 1:
+            info["holds"] -= 1
+            self.event("node_held", node, ended=kind, holds=info["holds"])
+            return False
+        return True
 
     def node_restarted(self, node: str) -> None:
         """Book ``node`` as restarted (``node_restarted``; ``node_rejoined`` follows when
         it next completes a round)."""
-        info = self.down.pop(node)
+        info = self.down.pop(node, None)
+        if info is None:
+            return
         info["restarted_at"] = time.time()
         self.back[node] = info
         self.event("node_restarted", node, down_s=time.time() - info["since"])

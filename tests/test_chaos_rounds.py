@@ -58,3 +58,51 @@ def test_before_faults_carry_the_round_they_act_in(tmp_path: Path) -> None:
     injected = [e.round for e in store.events("r1") if e.kind == "fault_injected"]
     assert fired == [(1, 2.0, 1), (2, 3.0, 2), (2, 4.0, None)]
     assert injected == [1, 2, 2]
+
+
+OVERLAP = """\
+name: overlap
+fleet:
+  nodes:
+    - {id: cloud, tier: cloud}
+    - {id: edge, tier: edge, count: 1}
+links: {mode: none}
+workload:
+  fl: {rounds: 1}
+faults:
+  - {kind: outage, node: edge, at_round: 1, duration_s: 0.3}
+  - {kind: outage, node: edge, at_round: 1, duration_s: 0.6}
+  - {kind: crash, node: edge, at_time_s: 0.9}
+  - {kind: outage, node: edge, at_time_s: 1.0, duration_s: 0.2}
+"""
+
+
+def test_overlapping_down_faults_hold_the_node_until_the_last_ends(tmp_path: Path) -> None:
+    """Two outages before round 1 (fuzz case: flapping and an outage on one node raised
+    KeyError in the chaos engine): the node restarts once, when the longer ends; a crash
+    then holds it for good, through an outage that ends meanwhile. As on the virtual
+    clock: down while any fault holds it."""
+    plan = make_plan(parse_spec(OVERLAP))
+    store = RunStore(tmp_path / "store")
+    store.create_run("r1", "overlap", seed=3, backend="local")
+    backend = LocalBackend(plan, tmp_path / "run", warm=False)
+    backend.superlink_port = free_port()
+    backend.start_node("edge")
+    engine = ChaosEngine(plan, backend, store, "r1", plan.seed)
+    try:
+        engine.start()
+        deadline = time.time() + 3.0
+        while time.time() < deadline:
+            engine.tick()
+            time.sleep(0.02)
+        alive = backend.procs.procs["edge"].poll() is None
+    finally:
+        backend.stop()
+    kinds = [e.kind for e in store.events("r1") if e.node == "edge" and e.kind != "fault_injected"]
+    assert kinds == [
+        "node_down", "node_down",  # two outages
+        "node_held", "node_restarted",  # the first ends: held; the second: restarted
+        "node_down", "node_down",  # the crash, then an outage of the crashed node
+        "node_held",  # that outage ends: the crash holds it
+    ], kinds
+    assert not alive, "a crashed node was started again"

@@ -61,6 +61,12 @@ class FaultContext(Protocol):
         """Book ``node`` as down (``node_down`` event; rejoin tracking)."""
         ...
 
+    def release(self, node: str, kind: str) -> bool:
+        """A fault of ``kind`` that took ``node`` down ends: True when no other fault
+        still holds it down (the kind restarts it, then calls :meth:`node_restarted`);
+        False: it stays down (``node_held`` event)."""
+        ...
+
     def node_restarted(self, node: str) -> None:
         """Book ``node`` as back (``node_restarted`` event; ``node_rejoined`` follows)."""
         ...

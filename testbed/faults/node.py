@@ -19,7 +19,7 @@ from testbed.faults.base import FaultContext, FaultKind, FaultParams, register_f
 if TYPE_CHECKING:
     from testbed.simulation.vfaults import VirtualFaults
 
-DOWN_EFFECTS = ("node_down", "node_restarted", "node_rejoined")
+DOWN_EFFECTS = ("node_down", "node_held", "node_restarted", "node_rejoined")
 RESTORE_POLL_S = 1.0  # how often a throttled straggler checks whether its rounds are over
 
 
@@ -107,8 +107,9 @@ class Outage(FaultKind):
 
     def undo(self, ctx: FaultContext, name: str | None, state: Any) -> None:
         assert name is not None
-        ctx.backend.node(name).start()
-        ctx.node_restarted(name)
+        if ctx.release(name, self.name):  # (another fault may still hold it down)
+            ctx.backend.node(name).start()
+            ctx.node_restarted(name)
 
     def apply_virtual(self, vf: VirtualFaults, name: str, t: float, rnd: int) -> None:
         """Down during ``[t, t + duration_s)``."""

@@ -13,7 +13,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
@@ -149,10 +150,14 @@ class RecordingStrategy(Strategy):
         _common_metric_keys(replies)
         # a fixed order (by node name), so that float sums do not depend on arrival order
         replies.sort(key=lambda m: (self.nodes.name(_node_of(m, dst_of)), m.has_error()))
+        ok = [m for m in replies if not m.has_error()]
+        # the replies' arrays as sent: some strategies consume them while aggregating
+        # (Flower's FedMedian pops every array from the replies)
+        sent = [_copy_arrays(m) for m in ok] if self.contribution_fn is not None else []
         arrays, metrics = self.strategy.aggregate_train(server_round, replies)
         self.telemetry.metric("round_duration_s", time.time() - self._round_t0, server_round)
         if self.contribution_fn is not None and arrays is not None:
-            self._contributions(server_round, [m for m in replies if not m.has_error()], dst_of)
+            self._contributions(server_round, ok, sent, dst_of)
         if fed:  # what the answering silos report about the previous global model
             acc = sum(a * n for a, n in fed) / sum(n for _a, n in fed)
             self.telemetry.metric("federated_acc", acc, server_round - 1)
@@ -224,14 +229,20 @@ class RecordingStrategy(Strategy):
         )
         return True
 
-    def _contributions(self, server_round: int, ok: list[Message], dst_of: dict[str, int]) -> None:
+    def _contributions(
+        self,
+        server_round: int,
+        ok: list[Message],
+        recs: list[ArrayRecord],
+        dst_of: dict[str, int],
+    ) -> None:
         """Each answering silo's contribution to this round's FedAvg aggregate, on the
         server's test set: leave-one-out (``contribution``) and/or Shapley values
-        (``shapley``, and ``shapley_se`` when estimated by sampling)."""
+        (``shapley``, and ``shapley_se`` when estimated by sampling). ``recs``: the
+        replies' arrays as they arrived (copied before the strategy aggregated)."""
         if len(ok) < 2 or self.contribution_fn is None:
             return
         score, start = self.contribution_fn, self._round_arrays
-        recs = [m.content.array_records["arrays"] for m in ok]
         w = [_num(m.content.metric_records["metrics"], "num-examples") for m in ok]
         names = [self.nodes.name(_node_of(m, dst_of)) for m in ok]
 
@@ -322,3 +333,9 @@ def _common_metric_keys(replies: list[Message]) -> None:
     for metrics in records:
         for key in [k for k in metrics if k not in common]:
             del metrics[key]
+
+
+def _copy_arrays(msg: Message) -> ArrayRecord:
+    """A copy of a reply's ``arrays`` record (its numpy arrays copied)."""
+    rec = msg.content.array_records["arrays"]
+    return ArrayRecord({k: Array(np.array(v.numpy(), copy=True)) for k, v in rec.items()})

@@ -194,3 +194,26 @@ def test_aggregation_is_the_inner_strategys(tmp_path: Path) -> None:
     )
     for k, v in plain.globals[1].items():
         assert (wrapped.globals[1][k] == v).all()
+
+
+def test_contributions_survive_a_strategy_that_consumes_the_replies(tmp_path: Path) -> None:
+    """Flower's FedMedian pops every array from the replies while it aggregates; the
+    contributions (computed after it) use the arrays as they arrived (fuzz: fedmedian and
+    qfedavg runs with contributions failed in the ServerApp, loading an empty state)."""
+    path = tmp_path / "telemetry.jsonl"
+    model = task.make_model(SPEC, task.get_splits(SPEC, 3, 3))
+
+    def score(arrays: ArrayRecord) -> float:  # loads the aggregate, as the server's does
+        task.load(model, arrays)
+        return float(sum(float(v.numpy().sum()) for v in arrays.values()))
+
+    strategy = RecordingStrategy(
+        FedMedian(min_available_nodes=3), Telemetry(path), NAMES, 1, "none",
+        contribution_fn=score, shapley_permutations=4,
+    )  # fmt: skip
+    rnd = Round(strategy, LoopbackGrid(SPEC, 3, 3))
+    arrays, _ = strategy.aggregate_train(1, rnd.send(1))
+    assert arrays is not None
+    loo = {r["node"] for r in records(path, "metric", "contribution")}
+    shapley = {r["node"] for r in records(path, "metric", "shapley")}
+    assert loo == shapley == set(NAMES)

@@ -6,31 +6,20 @@ numpy) are the image's."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import docker
 
 from testbed.store import RunStore
 from tests.docker.conftest import docker_run, labelled_containers
-from tests.fl.test_userapp import QUICKSTART, check_faults_recorded, spec_yaml
+from tests.fl.test_userapp import check_faults_recorded, quickstart_with_faults
 
 
 def test_quickstart_numpy_in_containers_with_a_crash_and_a_partition(
     engine: docker.DockerClient, tmp_path: Path
 ) -> None:
     spec, out = tmp_path / "app.yaml", tmp_path / "runs"
-    spec.write_text(
-        spec_yaml(
-            str(QUICKSTART),
-            fl="app_config: {num-server-rounds: 3}\nround_timeout_s: 8\n",
-            extra=textwrap.dedent("""\
-                faults:
-                  - {kind: crash, node: e-2, at_round: 2}
-                  - {kind: partition, node: e-1, at_round: 2, duration_s: 10}
-                """),
-        )
-    )
+    spec.write_text(quickstart_with_faults(timeout_s=8))
     proc = docker_run(spec, out)
     assert proc.wait(timeout=400) == 0, proc.stderr.read() if proc.stderr else ""
     store = RunStore(out)

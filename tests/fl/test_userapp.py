@@ -264,20 +264,26 @@ def check_faults_recorded(store: RunStore, run_id: str, run_dir: Path) -> None:
     assert (Path(run_dir) / "nodes" / "cloud" / "final_model.npz").exists()  # app's own
 
 
+def quickstart_with_faults(timeout_s: float) -> str:
+    """quickstart-numpy, 3 rounds: e-2 crashes before round 2 and e-1's link is cut
+    before round 2 for longer than the round deadline (``timeout_s``)."""
+    return spec_yaml(
+        str(QUICKSTART),
+        fl=f"app_config: {{num-server-rounds: 3}}\nround_timeout_s: {timeout_s}\n",
+        extra=textwrap.dedent(f"""\
+            faults:
+              - {{kind: crash, node: e-2, at_round: 2}}
+              - {{kind: partition, node: e-1, at_round: 2, duration_s: {timeout_s + 2}}}
+            """),
+    )
+
+
 @pytest.mark.slow
 def test_quickstart_numpy_with_a_crash_and_a_partition(tmp_path: Path) -> None:
     """Flower's quickstart-numpy, unmodified, on 3 edge nodes: e-2 crashes before round 2,
     e-1's link is cut before round 2 for longer than the round deadline."""
     store = RunStore(tmp_path)
-    text = spec_yaml(
-        str(QUICKSTART),
-        fl="app_config: {num-server-rounds: 3}\nround_timeout_s: 6\n",
-        extra=textwrap.dedent("""\
-            faults:
-              - {kind: crash, node: e-2, at_round: 2}
-              - {kind: partition, node: e-1, at_round: 2, duration_s: 8}
-            """),
-    )
+    text = quickstart_with_faults(timeout_s=6)
     res = run_experiment(parse_spec(text), store, spec_path="inline")
     assert res.status == "completed", res.summary
     check_faults_recorded(store, res.run_id, res.artifact_dir)
@@ -290,15 +296,7 @@ def test_quickstart_numpy_on_the_simulation_backend(tmp_path: Path) -> None:
     round-2 reply comes past the deadline and never reaches the app, e-2 is not sampled
     once crashed, and the app's final model lands in the server node's folder."""
     store = RunStore(tmp_path)
-    text = spec_yaml(
-        str(QUICKSTART),
-        fl="app_config: {num-server-rounds: 3}\nround_timeout_s: 6\n",
-        extra=textwrap.dedent("""\
-            faults:
-              - {kind: crash, node: e-2, at_round: 2}
-              - {kind: partition, node: e-1, at_round: 2, duration_s: 8}
-            """),
-    )
+    text = quickstart_with_faults(timeout_s=6)
     res = run_experiment(parse_spec(text), store, spec_path="inline", backend="simulation")
     assert res.status == "completed", res.summary
     check_faults_recorded(store, res.run_id, res.artifact_dir)

@@ -65,12 +65,15 @@ class AppInfo:
         ``serverapp`` / ``clientapp`` -> ``module:attribute``.
     config : dict
         The declared run config, flattened (``a.b`` for nested tables), with defaults.
+    dependencies : tuple of str
+        ``[project].dependencies`` (requirement strings; empty when none).
     """
 
     path: Path
     name: str
     components: dict[str, str]
     config: dict[str, ConfigValue]
+    dependencies: tuple[str, ...] = ()
 
 
 def flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -124,7 +127,9 @@ def read_app(path: str | Path) -> AppInfo:
             )
     name = str(doc.get("project", {}).get("name") or root.name)
     config = flatten(app.get("config", {}) or {})
-    return AppInfo(root.resolve(), name, {c: components[c] for c in ENTRY_MODULES}, config)
+    deps = tuple(str(d) for d in doc.get("project", {}).get("dependencies", []) or [])
+    comps = {c: components[c] for c in ENTRY_MODULES}
+    return AppInfo(root.resolve(), name, comps, config, deps)
 
 
 def check_app_config(info: AppInfo, app_config: dict[str, ConfigValue]) -> None:
@@ -174,9 +179,8 @@ print(json.dumps({"errors": errors, "absent": sorted(set(absent))}))
 def declared_modules(info: AppInfo) -> list[str]:
     """The app's ``[project].dependencies`` as importable top-level names (the
     distribution name, lower case, ``-`` and ``.`` as ``_``: the usual convention)."""
-    doc = tomllib.loads((info.path / "pyproject.toml").read_text())
     out = []
-    for dep in doc.get("project", {}).get("dependencies", []) or []:
+    for dep in info.dependencies:
         name = re.split(r"[\s\[<>=!~;(@]", str(dep).strip(), maxsplit=1)[0]
         out.append(re.sub(r"[-.]", "_", name).lower())
     return out

@@ -26,7 +26,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -77,13 +76,6 @@ class AppImage:
         return f"{self.image} ({how}: pip installed {', '.join(self.missing)})"
 
 
-def requirements(app_dir: Path) -> list[str]:
-    """``[project].dependencies`` of the app's ``pyproject.toml`` (none: empty)."""
-    doc = tomllib.loads((app_dir / "pyproject.toml").read_text())
-    deps = doc.get("project", {}).get("dependencies", []) or []
-    return [str(d) for d in deps]
-
-
 def missing_in(client: docker.DockerClient, image: str, reqs: list[str]) -> list[str]:
     """The requirements ``image``'s pip does not find installed (no index)."""
     if not reqs:
@@ -117,7 +109,9 @@ def app_image(client: docker.DockerClient, base: str, app_dir: Path) -> AppImage
         When the host's pip cannot get a wheel of a missing requirement, or the build
         fails (the message names the app, the requirements and the tail of the log).
     """
-    missing = missing_in(client, base, requirements(app_dir))
+    from nodes.fl.userapp import read_app
+
+    missing = missing_in(client, base, list(read_app(app_dir).dependencies))
     if not missing:
         return AppImage(base)
     import docker as sdk

@@ -166,17 +166,12 @@ def _component(app_dir: str, component: str) -> Any:
     """The ServerApp or ClientApp a Flower App's pyproject names (its folder is put on
     ``sys.path``, as Flower's loader does; the Ray backend passes ``sys.path`` on to
     its workers)."""
-    import importlib
-
+    from kernel.registry import import_dotted
     from nodes.fl.userapp import read_app
 
     if app_dir not in sys.path:
         sys.path.insert(0, app_dir)
-    module, _, attr = read_app(app_dir).components[component].partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
+    return import_dotted(read_app(app_dir).components[component])
 
 
 def _run_config(settings: dict[str, Any]) -> dict[str, Any]:

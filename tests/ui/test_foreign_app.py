@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import json
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,30 +28,20 @@ from testbed import cli
 from testbed.runner import run_experiment
 from testbed.spec.loader import parse_spec
 from testbed.store import RunStore
-from tests.fl.test_userapp import QUICKSTART, spec_yaml
+from tests.fl.test_userapp import quickstart_with_faults
 from tests.ui.conftest import ROOT, Controller, experiments_dir, serve
+from tests.ui.test_pages import open_page
 
 pytestmark = pytest.mark.slow  # a real simulation run (Ray) and five pages
 
 APP = str(ROOT / "ui" / "app.py")
 #: The app's own series: train's scalar, evaluate's list of 3.
 APP_SERIES = ["random_metric", "random_metric[0]", "random_metric[1]", "random_metric[2]"]
-FAULTS = """\
-faults:
-  - {kind: crash, node: e-2, at_round: 2}
-  - {kind: partition, node: e-1, at_round: 2, duration_s: 8}
-"""
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Controller, str]]:
     """The one quickstart-numpy run, and a controller over its store."""
     root = tmp_path_factory.mktemp("foreign")
-    text = spec_yaml(
-        str(QUICKSTART),
-        fl="app_config: {num-server-rounds: 3}\nround_timeout_s: 6\n",
-        extra=textwrap.dedent(FAULTS),
-    )
+    text = quickstart_with_faults(timeout_s=6)  # e-2 crashes, e-1 cut off, round 2
     store = RunStore(root / "runs")
     res = run_experiment(parse_spec(text), store, spec_path="inline", backend="simulation")
     store.close()
@@ -70,13 +59,6 @@ def app(run: tuple[Controller, str], monkeypatch: pytest.MonkeyPatch) -> AppTest
 
     st.cache_data.clear()  # caches outlive an AppTest
     return AppTest.from_file(APP, default_timeout=60)
-
-
-def open_page(at: AppTest, page: str) -> AppTest:
-    at.switch_page(f"screens/{page}.py")
-    at.run()
-    assert not at.exception, at.exception
-    return at
 
 
 def texts(at: AppTest) -> str:

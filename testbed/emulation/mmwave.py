@@ -38,7 +38,7 @@ class MmwaveLink(ShapingProxy):
 
     Parameters
     ----------
-    name, target_host, target_port, params, seed
+    name, target_host, target_port, params, seed, listen_host
         As :class:`~testbed.emulation.proxy.ShapingProxy` (``params.bandwidth_mbps`` is
         replaced by the radio's rate).
     radio
@@ -53,6 +53,7 @@ class MmwaveLink(ShapingProxy):
         params: LinkParams,
         radio: MmwaveLinkSpec,
         seed: int = 0,
+        listen_host: str = "127.0.0.1",
     ) -> None:
         from radio.link_model import RadioLinkModel
 
@@ -68,7 +69,9 @@ class MmwaveLink(ShapingProxy):
         self._cap_mbps: float | None = None  # a degrade fault's bandwidth (a ceiling)
         first = self.model.window(self.model.state)
         self._rate_mbps = first.rate_mbps
-        super().__init__(name, target_host, target_port, self._shaped(params), seed=seed)
+        super().__init__(
+            name, target_host, target_port, self._shaped(params), listen_host, seed=seed
+        )
         self._note(first, 0.0)
 
     # -- the radio drives the bandwidth ----------------------------------------------------

@@ -3,8 +3,9 @@
 An :class:`MmwaveLink` is a :class:`~testbed.emulation.proxy.ShapingProxy` whose
 bandwidth is not a number from the YAML but the goodput of a Sionna channel
 (:class:`radio.link_model.RadioLinkModel`): a radio thread computes one window
-(``update_s``) at a time, from channel realisations one coherence time apart, and
-applies its rate live through ``set_params``, as a schedule would. A window in which
+(``update_s``) at a time, over ``ceil(update_s / max(T_c, slot))`` blocks whose
+number follows the UE's speed (the model's docstring), and applies its rate live
+through ``set_params``, as a schedule would. A window in which
 every block failed partitions the link (blackhole: bytes wait, connections stay) until a
 window succeeds again. Latency, jitter and loss still come from the YAML (and its
 ``schedule``); a radio ``schedule`` (SNR, distance, UE speed over time) is played from

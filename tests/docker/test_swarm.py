@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,7 +33,7 @@ from testbed.backends.docker import RUN_LABEL
 from testbed.runner import run_experiment
 from testbed.spec.loader import parse_spec
 from testbed.store import RunStore
-from tests.docker.conftest import labelled_containers
+from tests.docker.conftest import docker_run, labelled_containers
 from tests.docker.test_docker_parity import EFFECT_TOL, PARTITION_S, _record
 
 ENABLE = "TESTBED_SWARM_TESTS"
@@ -157,3 +159,39 @@ def test_validate_refuses_what_the_swarm_cannot_do(swarm: docker.DockerClient) -
     finally:
         os.environ["TESTBED_SWARM_ENGINES"] = url
     preflight("swarm", [parse_spec(SPEC)], host=True)  # with engine B reachable: fine
+
+
+CTRL_C = """\
+name: swarm-ctrl-c
+fleet:
+  nodes:
+    - {id: cloud, tier: cloud}
+    - {id: near, tier: edge, profile: rpi5, placement: {engine: a}}
+    - {id: far, tier: edge, profile: rpi5, placement: {engine: b}}
+workload:
+  fl: {rounds: 30, local_epochs: 1, round_timeout_s: 20}
+"""
+
+
+def test_ctrl_c_removes_every_service_and_container_on_both_engines(
+    engine: docker.DockerClient, swarm: docker.DockerClient, tmp_path: Path
+) -> None:
+    spec = tmp_path / "long.yaml"
+    spec.write_text(CTRL_C)
+    proc = docker_run(spec, tmp_path / "runs", backend="swarm")
+    try:
+        deadline = time.monotonic() + 120
+        while (
+            not swarm.containers.list(filters={"label": RUN_LABEL})
+            or len(engine.containers.list(filters={"label": RUN_LABEL})) < 2
+        ):  # the server and near on A, far on B
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+            time.sleep(0.5)
+        time.sleep(5)  # into the run
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert engine.services.list(filters={"label": RUN_LABEL}) == []
+    assert labelled_containers(engine) == [] and labelled_containers(swarm) == []

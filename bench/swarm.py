@@ -55,6 +55,8 @@ def measure(n: int, backend: str, work: Path) -> dict[str, object]:
     spec = SPEC.format(n=n, half_a=max(1, n // 2), half_b=max(1, n - n // 2))
     store = RunStore(work / f"{backend}-{n}")
     res = run_experiment(parse_spec(spec), store, backend=backend)
+    if res.status == "interrupted":  # (Ctrl-C: the run recorded it; stop the benchmark)
+        raise KeyboardInterrupt
     ts = {e.kind: e.ts for e in store.events(res.run_id)}
     rounds = [
         m.value

@@ -188,11 +188,13 @@ echo "image size (MB)              $((size / 1000000))" >> "$TIMINGS"
 if [ "${SKIP_DOCKER_TESTS:-0}" = 1 ]; then
   log "SKIP_DOCKER_TESTS=1: tests/docker not run"
 else
-log "pytest tests/docker (TESTBED_DOCKER_TESTS=1)"
+PARITY_ONCE=""   # the swarm step runs the parity spec on local, docker and swarm at once
+[ "${RUN_SWARM:-1}" = 1 ] && PARITY_ONCE="--deselect tests/docker/test_docker_parity.py::test_local_and_docker_agree"
+log "pytest tests/docker (TESTBED_DOCKER_TESTS=1) $PARITY_ONCE"
 t=$(now)
 # shellcheck disable=SC2086
 run_bg env TESTBED_DOCKER_TESTS=1 timeout "$RUN_TIMEOUT_S" "$PY" -m pytest -q -p no:cacheprovider --durations=10 \
-  ${PYTEST_ARGS:-tests/docker} > "$DOCKER_DIR/pytest-docker.log" 2>&1 \
+  ${PYTEST_ARGS:-tests/docker $PARITY_ONCE} > "$DOCKER_DIR/pytest-docker.log" 2>&1 \
   || { tail -40 "$DOCKER_DIR/pytest-docker.log"; die "tests/docker failed (log: $DOCKER_DIR/pytest-docker.log)"; }
 sed -n '/slowest 10 durations/,$p' "$DOCKER_DIR/pytest-docker.log"   # (CI's budget)
 timing "pytest tests/docker" "$t"

@@ -6,7 +6,8 @@
 # stops engine B by its pidfile, however the tests end.
 #
 #   engine A (manager): e2e.sh's, swarm listen 127.0.0.1:2377, label engine=a
-#   engine B (worker):  $DOCKER_DIR/b, swarm listen 127.0.0.1:2378, label engine=b
+#   engine B (worker):  $DOCKER_DIR/b (an empty data root each time), swarm listen
+#                       127.0.0.1:2378, label engine=b
 #
 # The image reaches engine B through the testbed itself (--backend swarm loads it from
 # the manager: docker save | docker load), which the test checks.
@@ -56,6 +57,7 @@ trap 'exit 130' INT TERM
 
 mkdir -p "$B_DIR"
 engine_b stop   # one left by an interrupted earlier run
+rm -rf "$B_DIR/data"   # B starts empty: the testbed must load the image into it
 leave
 t0=$(date +%s.%N)
 engine_b start

@@ -6,10 +6,12 @@ private engine beside e2e.sh's, forms a swarm on loopback (engine A: manager, la
 ``TESTBED_SWARM_TESTS=1``, ``TESTBED_SWARM_ENGINES`` = engine B's socket and
 ``TESTBED_SWARM_B`` = its swarm node id. Elsewhere it skips.
 
-The spec pins two nodes to each engine and has a partition (engine A), a straggler and
-a crash (engine B: through its own API and through the swarm). It runs on the single
-engine (``--backend docker``, placements ignored and recorded so) and on the swarm:
-every (round, node) status must be equal, every container must have run where its
+The spec (tests/docker/test_docker_parity.py's) pins two nodes to each engine and has a
+partition (engine A), a straggler and a crash (engine B: through its own API and through
+the swarm). It runs on local, on the single engine (``--backend docker``, placements
+ignored and recorded so) and on the swarm: the parity test's checks hold for docker and
+for swarm against local, every (round, node) status of the swarm equals the single
+engine's, every container must have run where its
 placement says (the services' tasks, as ``docker service ps`` lists them, sampled
 while the run goes), and nothing may be left on either engine.
 """
@@ -23,6 +25,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -30,32 +33,13 @@ import pytest
 from testbed.backends import preflight
 from testbed.backends.base import NotSupported
 from testbed.backends.docker import RUN_LABEL
-from testbed.runner import run_experiment
 from testbed.spec.loader import parse_spec
 from testbed.store import RunStore
 from tests.docker.conftest import docker_run, labelled_containers
-from tests.docker.test_docker_parity import EFFECT_TOL, PARTITION_S, _record
+from tests.docker.test_docker_parity import PARITY, assert_parity, runs
 
 ENABLE = "TESTBED_SWARM_TESTS"
 
-SPEC = """\
-name: swarm-parity
-seed: 5
-fleet:
-  nodes:
-    - {id: cloud, tier: cloud}
-    - {id: near, tier: edge, profile: rpi5, count: 2, placement: {engine: a}}
-    - {id: far, tier: edge, profile: rpi5, count: 2, placement: {engine: b}}
-links:
-  defaults:
-    edge-cloud: {bandwidth_mbps: 50, latency_ms: 10}
-workload:
-  fl: {rounds: 4, local_epochs: 1, round_timeout_s: 30}
-faults:
-  - {kind: partition, node: near-1, at_round: 2, duration_s: 20}
-  - {kind: straggler, node: far-1, at_round: 3, rounds: 1, factor: 2.0}
-  - {kind: crash, node: far-2, at_round: 4}
-"""
 ON = {"near-1": "a", "near-2": "a", "far-1": "b", "far-2": "b", "cloud": "a"}
 
 
@@ -95,70 +79,70 @@ class TaskWatch(threading.Thread):
                 continue  # (a service removed meanwhile)
 
 
-def test_one_spec_on_two_engines_equals_one_engine(
+def test_one_spec_on_local_one_engine_and_two_engines(
     engine: docker.DockerClient, swarm: docker.DockerClient, tmp_path: Path
 ) -> None:
-    exp = parse_spec(SPEC)
-    image = engine.images.get(os.environ.get("TESTBED_IMAGE", "continuum-testbed:latest"))
-    for tag in image.tags:  # the testbed must bring the image to engine B itself
-        try:
-            swarm.images.remove(tag, force=True)
-        except docker.errors.ImageNotFound:
-            pass
-    got, ready, peak = {}, {}, {}
+    """tests/docker/test_docker_parity.py's spec on local, docker (engine A alone) and the
+    swarm: docker and swarm each agree with local (the parity test's checks), so every
+    (round, node) status of the swarm equals the single engine's."""
+    exp = parse_spec(PARITY)
+    with pytest.raises(docker.errors.ImageNotFound):  # (swarm.sh starts B empty)
+        swarm.images.get(os.environ.get("TESTBED_IMAGE", "continuum-testbed:latest"))
     watch = TaskWatch(engine)
-    for backend in ("docker", "swarm"):
-        store = RunStore(tmp_path / backend)
-        if backend == "swarm":
-            watch.start()
-        res = run_experiment(exp, store, backend=backend)
-        assert res.status == "completed", (backend, res.summary)
-        got[backend] = _record(store, res.run_id)
-        ready[backend] = next(
-            json.loads(e.data) for e in store.events(res.run_id) if e.kind == "fleet_ready"
-        )
-        peak[backend] = {m.node: m.value for m in store.metrics(res.run_id, "peak_rss_mb")}
+    got = runs(exp, ("local", "docker"), tmp_path)
+    watch.start()
+    got.update(runs(exp, ("swarm",), tmp_path))
     watch.done.set()
     watch.join(5)
+    assert_parity(exp, got["local"], got["docker"], "docker cpu_quota=")
+    assert_parity(exp, got["local"], got["swarm"], "swarm nano_cpus=")
     one, two = got["docker"], got["swarm"]
-    # every (round, node) status equal, and the faults acted on the swarm too
     assert two.status == one.status
-    assert len(two.status) == 4 * 4
     assert two.status[(4, "far-2")] in ("excluded", "failed")  # crashed on engine B
-    assert two.round_s[2] >= EFFECT_TOL * PARTITION_S  # near-1's reply held (engine A)
     throttled = {(k, n) for k, n in two.kinds if k in ("cpu_throttled", "cpu_restored")}
     assert throttled == {("cpu_throttled", "far-1"), ("cpu_restored", "far-1")}  # via B's API
     # where each container ran: the tasks the swarm placed (docker service ps), as the
     # run recorded them too
     assert {n: sorted(e) for n, e in watch.seen.items()} == {n: [e] for n, e in ON.items()}
+    ready = {b: _fleet_ready(tmp_path / b) for b in ("docker", "swarm")}
     b_id = os.environ["TESTBED_SWARM_B"][:12]
     placed = ready["swarm"]["placed"]
     assert {n for n, where in placed.items() if b_id in where} == {"far-1", "far-2"}, placed
     assert set(ready["swarm"]["image_loads"]) != set(), ready["swarm"]  # into engine B
     assert "placement of near, far (read by --backend swarm only" in ready["docker"]["ignored"]
+    assert two.limits["far-1"]["engine"].endswith(f"({b_id})")
     # per-container memory from both engines' stats
-    assert all((peak["swarm"].get(n) or 0) > 50 for n in ON if n != "cloud"), peak
+    store = RunStore(tmp_path / "swarm")
+    run_id = store.runs()[0].run_id
+    peak = {m.node: m.value for m in store.metrics(run_id, "peak_rss_mb")}
+    assert all((peak.get(n) or 0) > 50 for n in ON if n != "cloud"), peak
     # nothing left: no service, no container of the runs on either engine
     assert engine.services.list(filters={"label": RUN_LABEL}) == []
     assert labelled_containers(engine) == [] and labelled_containers(swarm) == []
 
 
+def _fleet_ready(where: Path) -> dict[str, Any]:
+    store = RunStore(where)
+    run_id = store.runs()[0].run_id
+    return next(json.loads(e.data) for e in store.events(run_id) if e.kind == "fleet_ready")
+
+
 def test_validate_refuses_what_the_swarm_cannot_do(swarm: docker.DockerClient) -> None:
     """A placement no engine matches, netem, and a straggler on a node that may land on
     an engine the runner cannot reach: each refused before anything starts, named."""
-    nowhere = SPEC.replace("placement: {engine: b}", "placement: {engine: c}")
+    nowhere = PARITY.replace("placement: {engine: b}", "placement: {engine: c}")
     with pytest.raises(NotSupported, match=r"fleet.nodes\[2\].placement: no ready swarm node"):
         preflight("swarm", [parse_spec(nowhere)], host=False)
-    netem = SPEC.replace("links:\n", "links:\n  mode: netem\n")
+    netem = PARITY.replace("links:\n", "links:\n  mode: netem\n")
     with pytest.raises(NotSupported, match="links.mode: netem is not supported on --backend swarm"):
         preflight("swarm", [parse_spec(netem)], host=False)
     os.environ["TESTBED_SWARM_ENGINES"], url = "", os.environ["TESTBED_SWARM_ENGINES"]
     try:
         with pytest.raises(NotSupported, match=r"faults\[1\].kind: straggler acts through"):
-            preflight("swarm", [parse_spec(SPEC)], host=False)
+            preflight("swarm", [parse_spec(PARITY)], host=False)
     finally:
         os.environ["TESTBED_SWARM_ENGINES"] = url
-    preflight("swarm", [parse_spec(SPEC)], host=True)  # with engine B reachable: fine
+    preflight("swarm", [parse_spec(PARITY)], host=True)  # with engine B reachable: fine
 
 
 CTRL_C = """\

@@ -4,7 +4,8 @@ For each fleet size N: a generated spec (the server + N client nodes, ``rpi5``, 
 them ``placement: {engine: a}`` and half ``{engine: b}``, ``protocol_timing: fast``,
 3 rounds) runs on ``--backend docker`` (engine A alone: placements ignored) and then
 on ``--backend swarm`` (A and B), back to back. Printed: the fleet's ready time (the
-``fleet_starting`` to ``fleet_ready`` events: every SuperNode registered), the median
+``fleet_starting`` to ``fleet_ready`` events: every SuperNode registered; less the
+image's load into engine B when the testbed had to load it, printed apart), the median
 round time (``round_duration_s``), the statuses, and swarm/docker ratios, with the
 machine's load. Both engines run on this host, so the swarm's cost is its own
 (services, task scheduling, a second engine), not a network's.
@@ -18,6 +19,7 @@ Needs two engines in one swarm with labels ``engine=a`` (manager, ``DOCKER_HOST`
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -57,7 +59,10 @@ def measure(n: int, backend: str, work: Path) -> dict[str, object]:
     res = run_experiment(parse_spec(spec), store, backend=backend)
     if res.status == "interrupted":  # (Ctrl-C: the run recorded it; stop the benchmark)
         raise KeyboardInterrupt
-    ts = {e.kind: e.ts for e in store.events(res.run_id)}
+    events = store.events(res.run_id)
+    ts = {e.kind: e.ts for e in events}
+    ready = next(json.loads(e.data) for e in events if e.kind == "fleet_ready")
+    loads = sum((ready.get("image_loads") or {}).values())  # (B lacked the image: loaded)
     rounds = [
         m.value
         for m in store.metrics(res.run_id, "round_duration_s")
@@ -66,7 +71,8 @@ def measure(n: int, backend: str, work: Path) -> dict[str, object]:
     statuses = Counter(s for _r, _n, s, _w in store.round_status(res.run_id))
     return {
         "status": res.status,
-        "ready_s": ts["fleet_ready"] - ts["fleet_starting"],
+        "ready_s": ts["fleet_ready"] - ts["fleet_starting"] - loads,
+        "image_load_s": loads,
         "round_s": statistics.median(rounds) if rounds else float("nan"),
         "statuses": dict(statuses),
     }

@@ -33,6 +33,7 @@ import pytest
 from testbed.backends import preflight
 from testbed.backends.base import NotSupported
 from testbed.backends.docker import RUN_LABEL
+from testbed.runner import run_experiment
 from testbed.spec.loader import parse_spec
 from testbed.store import RunStore
 from tests.docker.conftest import docker_run, labelled_containers
@@ -64,6 +65,7 @@ class TaskWatch(threading.Thread):
             n.id: (n.attrs["Spec"].get("Labels") or {}).get("engine") for n in manager.nodes.list()
         }
         self.seen: dict[str, set[str]] = {}
+        self.tasks: dict[str, int] = {}  # node -> how many tasks its service had
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -72,7 +74,9 @@ class TaskWatch(threading.Thread):
                 services = self.manager.services.list(filters={"label": RUN_LABEL})
                 for s in services:
                     node = s.attrs["Spec"]["Labels"]["testbed.node"]
-                    for t in s.tasks():
+                    tasks = s.tasks()
+                    self.tasks[node] = max(self.tasks.get(node, 0), len(tasks))
+                    for t in tasks:
                         if t.get("NodeID"):
                             self.seen.setdefault(node, set()).add(self.labels[t["NodeID"]])
             except docker.errors.NotFound:
@@ -178,4 +182,38 @@ def test_ctrl_c_removes_every_service_and_container_on_both_engines(
         if proc.poll() is None:
             proc.kill()
     assert engine.services.list(filters={"label": RUN_LABEL}) == []
+    assert labelled_containers(engine) == [] and labelled_containers(swarm) == []
+
+
+OUTAGE = """\
+name: swarm-outage
+fleet:
+  nodes:
+    - {id: cloud, tier: cloud}
+    - {id: near, tier: edge, profile: rpi5, placement: {engine: a}}
+    - {id: far, tier: edge, profile: rpi5, placement: {engine: b}}
+workload:
+  fl: {rounds: 4, local_epochs: 1, round_timeout_s: 30}
+faults:
+  - {kind: outage, node: far, at_round: 2, duration_s: 8}
+"""
+
+
+def test_an_outage_scales_the_service_to_0_and_back_on_its_engine(
+    engine: docker.DockerClient, swarm: docker.DockerClient, tmp_path: Path
+) -> None:
+    """An outage through the swarm: far's task removed, then a new task placed by the
+    same constraint (engine B again), which rejoins and completes the last round."""
+    watch = TaskWatch(engine)
+    watch.start()
+    store = RunStore(tmp_path / "outage")
+    res = run_experiment(parse_spec(OUTAGE), store, backend="swarm")
+    watch.done.set()
+    watch.join(5)
+    assert res.status == "completed", res.summary
+    kinds = {(e.kind, e.node) for e in store.events(res.run_id)}
+    assert {("node_down", "far"), ("node_restarted", "far")} <= kinds, kinds
+    status = {(r, n): s for r, n, s, _w in store.round_status(res.run_id)}
+    assert status[(4, "far")] == "completed", status
+    assert watch.tasks["far"] >= 2 and watch.seen["far"] == {"b"}, (watch.tasks, watch.seen)
     assert labelled_containers(engine) == [] and labelled_containers(swarm) == []

@@ -58,12 +58,17 @@ def one(policy: str, rate: float, seed: int, faults: bool, duration: float) -> d
         rows = store.tagged_metrics(res.run_id)
         events = [json.loads(e.data or "{}") for e in store.events(res.run_id)
                   if e.kind == "llm_partition"]  # fmt: skip
+        batches = [json.loads(e.data or "{}") for e in store.events(res.run_id)
+                   if e.kind == "llm_gpipe_batches"]  # fmt: skip
     util = [r.value or 0.0 for r in rows if r.name == "llm_utilisation"]
     out = {"policy": policy, "rate_rps": rate, "seed": seed, "faults": faults,
            "status": res.status, **res.summary,
            "mean_utilisation": statistics.mean(util) if util else None,
            "cuts": [e["cut"] for e in events],
+           "routes": [e["route"] for e in events],
            "modelled_latency_ms": [e["modelled_latency_ms"] for e in events],
+           "host_model_ms": sum(events[0]["host_unit_ms"]) if events else None,
+           "gpipe_batches": batches[0] if batches else None,
            "load_1min": os.getloadavg()[0]}  # fmt: skip
     return out
 
@@ -82,7 +87,7 @@ def report(results: list[dict[str, Any]]) -> str:
     lines = [
         "| faults | rate rps | policy | seeds | short p50 ms | short p95 ms | long p50 ms | "
         "long p95 ms | throughput rps | failed attempts | mean util | modelled latency ms "
-        "(per replica) | cuts |",
+        "(per replica) | routes (seed of the first run) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     keys = sorted({(r["faults"], r["rate_rps"], r["policy"]) for r in results},
@@ -95,7 +100,8 @@ def report(results: list[dict[str, Any]]) -> str:
             f"{cell(rs, 'short_p50_ms')} | {cell(rs, 'short_p95_ms')} | "
             f"{cell(rs, 'long_p50_ms')} | {cell(rs, 'long_p95_ms')} | "
             f"{cell(rs, 'throughput_rps', 2)} | {cell(rs, 'failed_attempts')} | "
-            f"{cell(rs, 'mean_utilisation', 2)} | {modelled} | {rs[0]['cuts']} |"
+            f"{cell(rs, 'mean_utilisation', 2)} | {modelled} | "
+            f"{rs[0].get('routes', rs[0]['cuts'])} |"
         )
     return "\n".join(lines)
 

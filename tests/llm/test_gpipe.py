@@ -20,7 +20,7 @@ from testbed.llm.pipeline import BatchItem, Generation, generate_batch, split_mi
 from testbed.procs import free_port, wait_port
 
 CFG = ModelConfig(n_layers=6, d_model=64, n_heads=4, d_ff=128, vocab=97, max_seq=64, seed=5)
-SPEED = 0.1  # every stage 10x slower than this host: a step's time is mostly the stretch
+SPEED = 0.05  # every stage 20x slower than this host: a step's time is mostly the stretch
 OVERLAP_TOLERANCE = 0.75  # M micro-batches must take < 0.75 x M one-request latencies
 
 
@@ -69,7 +69,7 @@ def test_a_micro_batch_generates_what_the_unsplit_model_does(
 
 def test_micro_batches_overlap_in_the_stages(stages: tuple[tuple[int, int, int], ...]) -> None:
     client = Client(timeout_s=60)
-    m, new = 4, 4
+    m, new = 6, 4
 
     def batch(tag: str, n: int) -> float:
         items = [BatchItem(f"{tag}{i}", [3, 1, 4, 1, 5], new) for i in range(n)]
@@ -79,8 +79,12 @@ def test_micro_batches_overlap_in_the_stages(stages: tuple[tuple[int, int, int],
         return time.perf_counter() - t0
 
     batch("warm", 1)
-    one = min(batch(f"one{k}.", 1) for k in range(2))
-    many = batch("many", m)
-    # 3 equal stages, M = 4 micro-batches of one request: ideally ~ (M + 2) / 3 = 2 x one
-    # request's time rather than M x
-    assert many < OVERLAP_TOLERANCE * m * one, (many, one)
+    # one request, then M, back to back, three times: the host's load drifts between
+    # measurements, so each ratio pairs neighbours and the median of three is judged
+    ratios = []
+    for k in range(3):
+        one = batch(f"one{k}.", 1)
+        ratios.append(batch(f"many{k}.", m) / (m * one))
+    # 3 equal stages, M = 6 micro-batches of one request: ideally (M + 2) / 3 = 2.7 x one
+    # request's time, a ratio of 0.44, rather than M x (a ratio of 1)
+    assert sorted(ratios)[1] < OVERLAP_TOLERANCE, ratios

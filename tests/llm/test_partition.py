@@ -73,7 +73,7 @@ def test_bsdp_moves_work_off_a_slow_node_and_a_slow_link() -> None:
     assert cut[0][1] - cut[0][0] < 4  # the slow edge node runs fewer units than evenly
 
 
-def test_even_cut_is_gpipe_split() -> None:
+def test_even_cut_splits_the_blocks_by_count() -> None:
     assert even_cut(8, 3) == ((0, 4), (4, 7), (7, 10))
     assert even_cut(4, 4) == ((0, 2), (2, 3), (3, 4), (4, 6))
     with pytest.raises(ValueError, match="at most one stage per layer"):

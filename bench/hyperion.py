@@ -10,6 +10,9 @@ utilisation, and the partition's *modelled* one-request latency.
     python bench/hyperion.py --rates 1 2 --seeds 1 2 --json runs/hyperion.json
     python bench/hyperion.py --faults --rates 2 --json runs/hyperion.json
     python bench/hyperion.py --report --json runs/hyperion.json
+
+``--label`` tags a pass (e.g. two passes at one rate under different host loads) and
+``--report --label`` prints that pass alone.
 """
 
 from __future__ import annotations
@@ -58,12 +61,17 @@ def one(policy: str, rate: float, seed: int, faults: bool, duration: float) -> d
         rows = store.tagged_metrics(res.run_id)
         events = [json.loads(e.data or "{}") for e in store.events(res.run_id)
                   if e.kind == "llm_partition"]  # fmt: skip
+        batches = [json.loads(e.data or "{}") for e in store.events(res.run_id)
+                   if e.kind == "llm_gpipe_batches"]  # fmt: skip
     util = [r.value or 0.0 for r in rows if r.name == "llm_utilisation"]
     out = {"policy": policy, "rate_rps": rate, "seed": seed, "faults": faults,
            "status": res.status, **res.summary,
            "mean_utilisation": statistics.mean(util) if util else None,
            "cuts": [e["cut"] for e in events],
+           "routes": [e["route"] for e in events],
            "modelled_latency_ms": [e["modelled_latency_ms"] for e in events],
+           "host_model_ms": sum(events[0]["host_unit_ms"]) if events else None,
+           "gpipe_batches": batches[0] if batches else None,
            "load_1min": os.getloadavg()[0]}  # fmt: skip
     return out
 
@@ -82,7 +90,7 @@ def report(results: list[dict[str, Any]]) -> str:
     lines = [
         "| faults | rate rps | policy | seeds | short p50 ms | short p95 ms | long p50 ms | "
         "long p95 ms | throughput rps | failed attempts | mean util | modelled latency ms "
-        "(per replica) | cuts |",
+        "(per replica) | routes (seed of the first run) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     keys = sorted({(r["faults"], r["rate_rps"], r["policy"]) for r in results},
@@ -95,8 +103,33 @@ def report(results: list[dict[str, Any]]) -> str:
             f"{cell(rs, 'short_p50_ms')} | {cell(rs, 'short_p95_ms')} | "
             f"{cell(rs, 'long_p50_ms')} | {cell(rs, 'long_p95_ms')} | "
             f"{cell(rs, 'throughput_rps', 2)} | {cell(rs, 'failed_attempts')} | "
-            f"{cell(rs, 'mean_utilisation', 2)} | {modelled} | {rs[0]['cuts']} |"
+            f"{cell(rs, 'mean_utilisation', 2)} | {modelled} | "
+            f"{rs[0].get('routes', rs[0]['cuts'])} |"
         )
+    return "\n".join(lines + ["", paired(results)])
+
+
+def paired(results: list[dict[str, Any]]) -> str:
+    """Hyperion's short/long p50 against each baseline's, seed by seed (same rate, no
+    faults): ``1 - hyperion / baseline`` in %, mean +- std over the seeds run by both
+    (negative: the baseline was faster)."""
+    lines = ["| rate rps | baseline | seeds | short p50: Hyperion lower by % | "
+             "long p50: Hyperion lower by % |", "|---|---|---|---|---|"]  # fmt: skip
+    plain = [r for r in results if not r["faults"]]
+    for rate in sorted({r["rate_rps"] for r in plain}):
+        hyp = {r["seed"]: r for r in plain if r["rate_rps"] == rate and r["policy"] == "hyperion"}
+        for base in POLICIES[1:]:
+            other = {r["seed"]: r for r in plain if r["rate_rps"] == rate and r["policy"] == base}
+            seeds = sorted(set(hyp) & set(other))
+            if not seeds:
+                continue
+            cells = []
+            for key in ("short_p50_ms", "long_p50_ms"):
+                gains = [100 * (1 - hyp[s][key] / other[s][key]) for s in seeds
+                         if hyp[s].get(key) and other[s].get(key)]  # fmt: skip
+                each = ", ".join(f"{g:+.0f}" for g in gains)
+                cells.append(f"{fmt_mean_std(gains, 0, sep=' +- ', empty='n/a')} ({each})")
+            lines.append(f"| {rate:g} | {base} | {seeds} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 
 
@@ -109,15 +142,16 @@ def main() -> int:
     ap.add_argument("--faults", action="store_true", help="crash fog-b at 10 s, degrade cloud")
     ap.add_argument("--json", type=Path, default=Path("runs/hyperion.json"))
     ap.add_argument("--report", action="store_true", help="print the table of --json")
+    ap.add_argument("--label", help="stored with each run; --report: only runs with it")
     args = ap.parse_args()
     results = json.loads(args.json.read_text()) if args.json.exists() else []
     if args.report:
-        print(report(results))
+        print(report([r for r in results if args.label in (None, r.get("label"))]))
         return 0
     for rate in args.rates:
         for seed in args.seeds:
             for pol in args.policies:
-                r = one(pol, rate, seed, args.faults, args.duration)
+                r = {**one(pol, rate, seed, args.faults, args.duration), "label": args.label}
                 print(json.dumps({k: r.get(k) for k in ("policy", "rate_rps", "seed",
                       "short_p50_ms", "short_p95_ms", "long_p50_ms", "failed_attempts",
                       "load_1min")}), flush=True)  # fmt: skip

@@ -10,6 +10,11 @@ memory cap at start (it refuses to start when they do not fit), and serves:
   (:func:`nodes.device_control.stretch`; a device faster than this host runs at this
   host's speed, recorded as such), then the activations go to the next hop's port (the
   next node's link) and its answer comes back with this hop's record appended.
+  A step may carry a *micro-batch* (GPipe): ``header["batch"]`` lists each request's
+  ``{"request", "pos", "n", "final"}`` and ``x`` is their inputs stacked along the
+  token axis (``n`` rows each); the node runs them in one turn of its device, request
+  after request (no fused kernel), and passes the stacked outputs on; the last stage
+  answers ``"tokens"`` (one per request, in order).
 - ``GET /stats``: busy seconds, steps, parameter bytes, uptime.
 
 A hop that cannot reach the next one answers 502 with the failed hop named.
@@ -58,14 +63,22 @@ class StageNode:
         if stage is None:
             raise KeyError(f"node {self.name} holds {sorted(self.stages)}, not "
                            f"{(header['start'], header['stop'])}")  # fmt: skip
+        items = header.get("batch") or [
+            {"request": header["request"], "pos": header["pos"], "n": int(x.shape[0]),
+             "final": header.get("final", False)}
+        ]  # fmt: skip
+        parts = torch.split(x, [int(it["n"]) for it in items])
         queued = time.perf_counter()
         with self.device:
             t0 = time.perf_counter()
-            y = stage.run(str(header["request"]), x, int(header["pos"]))
+            outs = [stage.run(str(it["request"]), xi, int(it["pos"]))
+                    for it, xi in zip(items, parts, strict=True)]  # fmt: skip
+            y = outs[0] if len(outs) == 1 else torch.cat(outs)
             real = time.perf_counter() - t0
             device_s = stretch(real, self.speed)
-            if header.get("final"):
-                stage.drop(str(header["request"]))
+            for it in items:
+                if it.get("final"):
+                    stage.drop(str(it["request"]))
             wall = time.perf_counter() - t0  # measured, the stretch's wait included
             self.busy_s += wall
             self.steps += 1
@@ -81,8 +94,12 @@ class StageNode:
         y, rec = self.compute(header, x)
         hops = list(header.get("next") or [])
         if not hops:
+            if header.get("batch"):
+                return 200, {"tokens": [int(t) for t in y], "hops": [rec]}
             return 200, {"token": int(y[0]), "hops": [rec]}
         port, a, b = hops[0]
+        # a micro-batch keeps each request's rows: only the head (the last unit, never
+        # followed by a hop) maps a request's rows to one token
         nxt = {**header, "start": a, "stop": b, "next": hops[1:]}
         try:
             status, answer = self.client.post(int(port), "/step", encode(nxt, y))

@@ -21,7 +21,20 @@ BSDP (binary search + dynamic programme): the smallest bottleneck ``T`` for whic
 feasible cut exists with every stage <= ``T`` is found by binary search over the sorted
 candidate stage times; among the cuts reaching it, the DP returns the one with the
 smallest total (latency of one request). :func:`brute_force` enumerates every cut (for
-tests), :func:`even_cut` is the GPipe baseline (layers split evenly over all nodes).
+tests).
+
+The baselines' partitions:
+
+- :func:`balanced_cut` (GPipe, as torchgpipe's ``balance_by_time``): every node of the
+  chain gets a non-empty contiguous range, chosen so the stages' *compute* times on their
+  devices are balanced (the least largest ``sum(unit_s[i][a:b])``); links are not part
+  of GPipe's balance.
+- :func:`heft_placement` (HEFT, Topcuoglu et al. 2002): the units of one request are
+  the tasks of a chain DAG; tasks are ranked by upward rank (mean compute over the
+  nodes + mean communication to the successor + the successor's rank) and each, in
+  decreasing rank, goes to the node with the earliest finish time. The placement may
+  skip nodes and visit them in any order (a :data:`Placement`, not a :data:`Cut`).
+- :func:`even_cut`: the blocks divided evenly by count (the old GPipe stand-in; tests).
 """
 
 from __future__ import annotations
@@ -31,7 +44,21 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Chain", "Cut", "bsdp", "brute_force", "cut_cost", "even_cut", "fits_memory"]
+__all__ = [
+    "Chain",
+    "Cut",
+    "Placement",
+    "balanced_cut",
+    "brute_force",
+    "bsdp",
+    "cut_cost",
+    "cut_placement",
+    "even_cut",
+    "fits_memory",
+    "heft_placement",
+    "placement_cost",
+    "upward_ranks",
+]
 
 
 @dataclass(frozen=True)
@@ -69,13 +96,16 @@ class Chain:
     def n_units(self) -> int:
         return len(self.in_bytes)
 
+    def link_s(self, i: int, n_bytes: int) -> float:
+        """Time for one request's ``n_bytes`` to cross node ``i``'s link (every step's
+        round trip included), s."""
+        return 2 * self.messages * self.latency_s[i] + 8.0 * n_bytes / self.bandwidth_bps[i]
+
     def stage_s(self, i: int, a: int, b: int) -> float:
         """Time of node ``i`` running units ``[a, b)`` (0 for an empty stage)."""
         if b <= a:
             return 0.0
-        rtt = 2 * self.messages * self.latency_s[i]
-        link = rtt + 8.0 * self.in_bytes[a] / self.bandwidth_bps[i]
-        return sum(self.unit_s[i][a:b]) + link
+        return sum(self.unit_s[i][a:b]) + self.link_s(i, self.in_bytes[a])
 
     def fits(self, i: int, a: int, b: int) -> bool:
         return sum(self.param_bytes[a:b]) <= self.mem_bytes[i]
@@ -83,6 +113,28 @@ class Chain:
 
 Cut = tuple[tuple[int, int], ...]
 """Each node's unit range ``(start, stop)``, in chain order (``start == stop``: none)."""
+
+
+Placement = tuple[tuple[int, int, int], ...]
+"""Each hop's ``(node index in the chain, start unit, stop unit)``, in request order; a
+node may appear more than once and nodes need not be in chain order."""
+
+
+def cut_placement(cut: Cut) -> Placement:
+    """The hops of a cut (its non-empty stages, in chain order)."""
+    return tuple((i, a, b) for i, (a, b) in enumerate(cut) if b > a)
+
+
+def placement_cost(chain: Chain, placement: Placement) -> tuple[float, float]:
+    """``(bottleneck, total)`` of a placement, s: the busiest node's summed hop times
+    and the sum over hops (one request's modelled latency)."""
+    per_node = [0.0] * len(chain.nodes)
+    total = 0.0
+    for i, a, b in placement:
+        t = chain.stage_s(i, a, b)
+        per_node[i] += t
+        total += t
+    return max(per_node), total
 
 
 def cut_cost(chain: Chain, cut: Cut) -> tuple[float, float]:
@@ -157,6 +209,110 @@ def brute_force(chain: Chain) -> tuple[Cut, float]:
     if best is None:
         raise ValueError("no cut fits")
     return best
+
+
+def balanced_cut(chain: Chain) -> Cut:
+    """GPipe's partition: every node a non-empty stage, the largest stage *compute* time
+    on its device as small as possible (then the least total compute), within memory.
+
+    Links are ignored, as in GPipe's balance (torchgpipe ``balance_by_time``); the
+    stages' times come from ``chain.unit_s`` (profiled on this host, over each node's
+    speed). Raises ValueError when the chain has more nodes than units or no such cut
+    fits the nodes' memory.
+    """
+    n, m = len(chain.nodes), chain.n_units
+    if n > m:
+        raise ValueError(f"{n} stages for {m} units: GPipe gives every stage one unit or more")
+    inf = (math.inf, math.inf)
+    # best[i][u]: (bottleneck, total) compute of nodes i.. covering units u.., non-empty
+    best = [[inf] * (m + 1) for _ in range(n + 1)]
+    choice = [[m] * (m + 1) for _ in range(n + 1)]
+    best[n][m] = (0.0, 0.0)
+    for i in range(n - 1, -1, -1):
+        for u in range(m - 1, -1, -1):
+            for v in range(u + 1, m + 1):
+                rest = best[i + 1][v]
+                if rest == inf or not chain.fits(i, u, v):
+                    continue
+                t = sum(chain.unit_s[i][u:v])
+                cand = (max(t, rest[0]), t + rest[1])
+                if cand < best[i][u]:
+                    best[i][u], choice[i][u] = cand, v
+    if best[0][0] == inf:
+        raise ValueError(f"no cut of {m} units into {n} non-empty stages fits the memory "
+                         f"of chain {list(chain.nodes)}")  # fmt: skip
+    cut, u = [], 0
+    for i in range(n):
+        cut.append((u, choice[i][u]))
+        u = choice[i][u]
+    return tuple(cut)
+
+
+def upward_ranks(chain: Chain) -> list[float]:
+    """HEFT's upward rank of every unit of one request's chain DAG, s.
+
+    ``rank[u] = mean_w[u] + mean_c[u] + rank[u + 1]`` (the last unit: ``mean_w``), with
+    ``mean_w[u]`` the unit's compute time averaged over the chain's nodes and
+    ``mean_c[u]`` the transfer of its output (the bytes entering ``u + 1``) into a node,
+    averaged over the nodes (:meth:`Chain.link_s`).
+    """
+    n, m = len(chain.nodes), chain.n_units
+    ranks = [0.0] * m
+    nxt = 0.0
+    for u in range(m - 1, -1, -1):
+        w = sum(chain.unit_s[i][u] for i in range(n)) / n
+        c = 0.0
+        if u + 1 < m:
+            c = sum(chain.link_s(i, chain.in_bytes[u + 1]) for i in range(n)) / n
+        ranks[u] = nxt = w + c + nxt
+    return ranks
+
+
+def heft_placement(chain: Chain) -> Placement:
+    """HEFT's cut and placement of one request's units over the chain's nodes.
+
+    Units are taken in decreasing upward rank (:func:`upward_ranks`); each goes to the
+    node with the earliest finish time ``EFT = max(avail[p], ready_p) + unit_s[p][u]``,
+    where ``ready_p`` is its predecessor's finish plus the transfer into ``p`` (none when
+    the predecessor ran on ``p``; the first unit's input always crosses ``p``'s link,
+    from the request's origin) and ``avail[p]`` when ``p`` finished its last unit. A node
+    whose memory cannot also hold the unit's parameters is passed over; ties go to the
+    earlier node. Consecutive units on one node form one hop. Raises ValueError when a
+    unit fits no node.
+    """
+    n, m = len(chain.nodes), chain.n_units
+    ranks = upward_ranks(chain)
+    order = sorted(range(m), key=lambda u: (-ranks[u], u))
+    avail, used = [0.0] * n, [0] * n
+    where: dict[int, int] = {}
+    finish: dict[int, float] = {}
+    for u in order:
+        pred = u - 1  # the chain DAG: unit u's only predecessor
+        best: tuple[float, int] | None = None
+        for p in range(n):
+            if used[p] + chain.param_bytes[u] > chain.mem_bytes[p]:
+                continue
+            if pred < 0:
+                ready = chain.link_s(p, chain.in_bytes[u])
+            elif where[pred] == p:
+                ready = finish[pred]
+            else:
+                ready = finish[pred] + chain.link_s(p, chain.in_bytes[u])
+            eft = max(avail[p], ready) + chain.unit_s[p][u]
+            if best is None or eft < best[0]:
+                best = (eft, p)
+        if best is None:
+            raise ValueError(f"unit {u} fits the memory of no node of {list(chain.nodes)}")
+        finish[u], where[u] = best
+        avail[best[1]] = best[0]
+        used[best[1]] += chain.param_bytes[u]
+    hops: list[tuple[int, int, int]] = []
+    for u in range(m):
+        if hops and hops[-1][0] == where[u]:
+            hops[-1] = (where[u], hops[-1][1], u + 1)
+        else:
+            hops.append((where[u], u, u + 1))
+    return tuple(hops)
 
 
 def even_cut(n_layers: int, n_nodes: int) -> Cut:

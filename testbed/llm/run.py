@@ -7,14 +7,16 @@ Steps, each recorded:
    ``profile_repeats`` times; the median is the unit's time on this host. A node's time
    is that over its profile's ``cpu_speed_factor`` (capped at 1: a device faster than
    this host runs at this host's speed, as the stage server does).
-2. **Partition** each replica's chain: BSDP (``hyperion``) or the even split (``gpipe``,
-   ``heft``), with the links' bandwidth and latency; the cut and its *modelled*
-   bottleneck and latency are an ``llm_partition`` event.
+2. **Partition** each replica's chain: BSDP (``hyperion``, with the links' bandwidth
+   and latency), GPipe's compute-balanced cut (``gpipe``) or HEFT's upward-rank
+   placement (``heft``); the cut (or placement) and its *modelled* bottleneck and
+   latency are an ``llm_partition`` event.
 3. **Deploy**: one stage server per used node (:mod:`nodes.llm.stage_server`), holding
    the units of every replica it is in, behind its link (``start_services``).
 4. **Load**: open-loop arrivals (the functions workload's generators); each request is
-   routed by the policy's scheduler (ARTS, round-robin, HEFT) and generated through
-   its hops; a failed request (a hop down) is retried once on a fresh pick. Every
+   routed by the policy's scheduler (ARTS, HEFT) and generated through its hops, or
+   (``gpipe``) queued for a micro-batched mini-batch (:mod:`testbed.llm.gpipe`); a
+   failed request (a hop down) is retried once (a fresh pick, or queued again). Every
    request is a metric row; faults run from the spec's schedule (``at_time_s``).
 5. **Stats**: each node's busy time over the load's wall time (``llm_utilisation``).
 """
@@ -39,8 +41,9 @@ from testbed.backends.base import Backend
 from testbed.functions.arrivals import make_arrivals
 from testbed.functions.load import http_call
 from testbed.llm.config import POLICIES, LlmPipelineSpec, LlmRequestSpec
-from testbed.llm.partition import Chain, Cut, bsdp, even_cut
-from testbed.llm.pipeline import StepFailed, generate_remote
+from testbed.llm.gpipe import GpipeServer, Pending
+from testbed.llm.partition import Chain, balanced_cut, bsdp, cut_placement, heft_placement
+from testbed.llm.pipeline import BatchItem, StepFailed, generate_remote
 from testbed.llm.schedule import Replica, Route, Scheduler, make_scheduler
 from testbed.procs import free_port
 from testbed.workloads.base import RunContext, record_link_counters
@@ -97,17 +100,21 @@ def chain_of(ctx: RunContext, names: list[str], unit_s: list[float], cfg: ModelC
     )
 
 
-def partition(spec: LlmPipelineSpec, chains: list[Chain]) -> list[Cut]:
-    """Each chain's cut by the policy's partitioner (ValueError if one cannot fit)."""
+def partition(spec: LlmPipelineSpec, chains: list[Chain]) -> list[Replica]:
+    """Each chain's replica, cut or placed by the policy's partitioner (ValueError,
+    naming the replica, if its partitioner finds nothing that fits)."""
     how = POLICIES[spec.policy][0]
-    cuts = []
+    out = []
     for i, ch in enumerate(chains):
-        cut = bsdp(ch) if how == "bsdp" else even_cut(spec.model.n_layers, len(ch.nodes))
-        if not all(ch.fits(k, a, b) for k, (a, b) in enumerate(cut)):
-            raise ValueError(f"workload.llm_pipeline.replicas.{i}: the {how} cut {cut} "
-                             "exceeds a node's memory_mb")  # fmt: skip
-        cuts.append(cut)
-    return cuts
+        try:
+            if how == "heft":
+                out.append(Replica(ch, (), heft_placement(ch)))
+                continue
+            cut = bsdp(ch) if how == "bsdp" else balanced_cut(ch)
+        except ValueError as e:
+            raise ValueError(f"workload.llm_pipeline.replicas.{i}: {how}: {e}") from e
+        out.append(Replica(ch, cut, cut_placement(cut)))
+    return out
 
 
 def deploy(
@@ -148,6 +155,22 @@ class Load:
         self.lock = threading.Lock()
         self.done = 0
         self.lost = 0  # requests whose both attempts failed
+        self.gpipe: GpipeServer | None = None
+        if POLICIES[self.spec.policy][1] == "gpipe":
+            g = self.spec.gpipe
+            self.gpipe = GpipeServer(self.sched.replicas, self.reach, g.batch_size,
+                                     g.micro_batches, self.gpipe_served,
+                                     self.gpipe_failed)  # fmt: skip
+
+    def gpipe_served(self, p: Pending, route: Route, gen: Any) -> None:
+        self.record(p.k, p.kind, route, gen, p.attempt)
+
+    def gpipe_failed(self, p: Pending, route: Route, e: StepFailed, lost: bool) -> None:
+        self.metric("llm_failed", 1.0, p.k, route, kind=p.kind, attempt=p.attempt,
+                    error=str(e)[:300])  # fmt: skip
+        if lost:
+            with self.lock:
+                self.lost += 1
 
     def shape(self) -> tuple[str, int, int]:
         r = self.spec.requests
@@ -208,8 +231,14 @@ class Load:
                     time.sleep(min(wait, 0.05))
                 kind, p, new = self.shape()
                 prompt = [int(t) for t in self.rng.integers(0, spec.model.vocab, p)]
-                pool.submit(self.serve, k, kind, prompt, new)
+                if self.gpipe is not None:
+                    item = BatchItem(f"q{k}.0", prompt, new)
+                    self.gpipe.submit(Pending(k, kind, item, time.monotonic()))
+                else:
+                    pool.submit(self.serve, k, kind, prompt, new)
                 self.ctx.progress("requests", (k + 1) / max(1, len(arrivals)))
+            if self.gpipe is not None:
+                self.gpipe.close()
         return time.monotonic() - t0
 
 
@@ -217,7 +246,9 @@ def record_partition(ctx: RunContext, spec: LlmPipelineSpec, replicas: list[Repl
                      unit_s: list[float]) -> None:  # fmt: skip
     for i, rep in enumerate(replicas):
         ctx.store.add_event(ctx.run_id, "llm_partition", replica=i, policy=spec.policy,
+                            partitioner=POLICIES[spec.policy][0],
                             nodes=list(rep.chain.nodes), cut=[list(c) for c in rep.cut],
+                            route=[list(h) for h in rep.route],
                             modelled_bottleneck_ms=rep.bottleneck_s * 1e3,
                             modelled_latency_ms=rep.latency_s * 1e3,
                             host_unit_ms=[t * 1e3 for t in unit_s])  # fmt: skip
@@ -242,9 +273,10 @@ def run_llm_pipeline(ctx: RunContext) -> dict[str, Any]:
     ctx.progress("profiling units", 0.0)
     unit_s = profile_units(cfg, req.prompt_tokens, req.new_tokens, spec.profile_repeats)
     chains = [chain_of(ctx, list(c), unit_s, cfg, req) for c in spec.replicas]
-    replicas = [Replica(ch, cut) for ch, cut in zip(chains, partition(spec, chains), strict=True)]
+    replicas = partition(spec, chains)
     record_partition(ctx, spec, replicas, unit_s)
-    sched = make_scheduler(POLICIES[spec.policy][1], replicas)
+    online = POLICIES[spec.policy][1]
+    sched = make_scheduler("round_robin" if online == "gpipe" else online, replicas)
     backend = ctx.make_backend()
     try:
         reach = deploy(ctx, backend, cfg, replicas)
@@ -254,6 +286,11 @@ def run_llm_pipeline(ctx: RunContext) -> dict[str, Any]:
         load = Load(ctx, spec, sched, reach, chaos.tick)
         wall = load.run()
         utilisation(ctx, reach, wall)
+        if load.gpipe is not None:
+            sizes = load.gpipe.batches
+            ctx.store.add_event(ctx.run_id, "llm_gpipe_batches", batches=len(sizes),
+                                mean_size=sum(sizes) / max(1, len(sizes)),
+                                largest=max(sizes, default=0))  # fmt: skip
     finally:
         counters = backend.link_counters()
         backend.stop()

@@ -10,11 +10,13 @@ scheduler picks a route when a request arrives and hears back when it ends:
   ``capacity_r``: an exponentially weighted mean of modelled / observed service times,
   re-estimated at every completion (a slowed node lowers it). The lowest estimate
   wins; a replica whose request failed is skipped for ``cooldown_s``.
-- :class:`RoundRobin` (the GPipe baseline's router): replicas in turn.
-- :class:`Heft` (list scheduling): the stages of one request form a chain (its upward
-  ranks are in chain order), so HEFT places each stage on the node with the earliest
-  finish time among the nodes that hold that stage's units, from each node's predicted
-  free time, the stage's compute time there and the transfer into it.
+- :class:`RoundRobin`: replicas in turn (a plain router; the GPipe baseline batches
+  instead, :mod:`testbed.llm.gpipe`).
+- :class:`Heft` (HEFT's processor selection at run time): every replica's placement
+  was chosen offline by HEFT (:func:`testbed.llm.partition.heft_placement`); a new
+  request goes to the replica whose route finishes earliest given each node's predicted
+  free time (a node shared by replicas is one processor), and the chosen route's nodes
+  are then predicted busy until its hops finish.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from testbed.llm.partition import Chain, Cut, cut_cost
+from testbed.llm.partition import Chain, Cut, Placement, cut_placement, placement_cost
 
 __all__ = ["Arts", "Heft", "Replica", "Route", "RoundRobin", "Scheduler", "make_scheduler"]
 
@@ -34,21 +36,30 @@ Route = tuple[tuple[str, int, int], ...]
 
 @dataclass
 class Replica:
-    """One pipeline: a chain, its cut, and its modelled costs (s)."""
+    """One pipeline: a chain, its cut or placement, and its modelled costs (s).
+
+    ``placement`` (hops as chain node indices) defaults to the cut's non-empty stages;
+    HEFT's placement may skip nodes or revisit them, and then ``cut`` is empty.
+    """
 
     chain: Chain
     cut: Cut
+    placement: Placement = ()
     latency_s: float = 0.0
     bottleneck_s: float = 0.0
 
     def __post_init__(self) -> None:
-        self.bottleneck_s, self.latency_s = cut_cost(self.chain, self.cut)
+        if not self.placement:
+            self.placement = cut_placement(self.cut)
+        self.bottleneck_s, self.latency_s = placement_cost(self.chain, self.placement)
 
     @property
     def route(self) -> Route:
-        return tuple(
-            (n, a, b) for n, (a, b) in zip(self.chain.nodes, self.cut, strict=True) if b > a
-        )
+        return tuple((self.chain.nodes[i], a, b) for i, a, b in self.placement)
+
+    def hop_s(self) -> list[float]:
+        """Modelled time of each hop of the route, s."""
+        return [self.chain.stage_s(i, a, b) for i, a, b in self.placement]
 
 
 @dataclass
@@ -151,53 +162,36 @@ class Arts(Scheduler):
         st.capacity = (1 - self.alpha) * st.capacity + self.alpha * ratio
 
 
-@dataclass
-class _Slot:
-    node: str
-    chain: Chain
-    index: int  # the node's position in its chain
-    free_at: float = 0.0
-
-
 class Heft(Scheduler):
-    """HEFT's processor selection for each request's chain of stages (all replicas must
-    share one cut, so stage ``k`` can run on any replica's ``k``-th node)."""
+    """HEFT's earliest-finish rule over the replicas' routes (placements from
+    :func:`~testbed.llm.partition.heft_placement`); ties go to the earlier replica."""
 
     name = "heft"
 
     def __init__(self, replicas: list[Replica], clock: object = time.monotonic) -> None:
         super().__init__(replicas, clock)
-        cuts = {r.cut for r in replicas}
-        if len(cuts) != 1:
-            raise ValueError("heft needs every replica to have the same cut (use cut: even)")
-        self.cut = replicas[0].cut
-        nodes: dict[str, _Slot] = {}
-        self.slots: list[list[_Slot]] = []
-        for k in range(len(self.cut)):
-            stage = []
-            for rep in replicas:
-                name = rep.chain.nodes[k]
-                stage.append(nodes.setdefault(name, _Slot(name, rep.chain, k)))
-            self.slots.append(list({id(s): s for s in stage}.values()))
+        self.free_at: dict[str, float] = {n: 0.0 for r in replicas for n in r.chain.nodes}
+
+    def finish(self, r: int, ready: float) -> list[float]:
+        """Predicted finish time of each hop of replica ``r``'s route from ``ready``."""
+        out, t = [], ready
+        free = dict(self.free_at)
+        for (node, _a, _b), hop in zip(self.replicas[r].route, self.replicas[r].hop_s(),
+                                       strict=True):  # fmt: skip
+            t = max(free[node], t) + hop
+            free[node] = t
+            out.append(t)
+        return out
 
     def pick(self) -> tuple[int, Route]:
         with self.lock:
             ready = self.now()
-            route = []
-            for k, (a, b) in enumerate(self.cut):
-                if b <= a:
-                    continue
-                best = min(self.slots[k], key=lambda s: self._finish(s, k, a, b, ready))
-                finish = self._finish(best, k, a, b, ready)
-                best.free_at = finish
-                ready = finish
-                route.append((best.node, a, b))
-            return -1, tuple(route)
-
-    @staticmethod
-    def _finish(slot: _Slot, k: int, a: int, b: int, ready: float) -> float:
-        t = slot.chain.stage_s(slot.index, a, b)
-        return max(slot.free_at, ready) + t
+            ends = [self.finish(r, ready) for r in range(len(self.replicas))]
+            r = min(range(len(ends)), key=lambda k: (ends[k][-1], k))
+            for (node, _a, _b), t in zip(self.replicas[r].route, ends[r], strict=True):
+                self.free_at[node] = t
+            self.state[r].queue += 1
+            return r, self.replicas[r].route
 
 
 SCHEDULERS: dict[str, type[Scheduler]] = {"arts": Arts, "round_robin": RoundRobin, "heft": Heft}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from testbed.llm.partition import Chain
 from testbed.llm.schedule import Arts, Heft, Replica, RoundRobin
 
@@ -66,17 +68,24 @@ def test_round_robin_cycles() -> None:
     assert [rr.pick()[0] for _ in range(5)] == [0, 1, 2, 0, 1]
 
 
-def test_heft_places_each_stage_by_earliest_finish() -> None:
+def test_heft_routes_to_the_replica_that_finishes_first() -> None:
+    # two replicas edge -> shared cloud: edges 0.06 s a request, the cloud 0.01 s
+    def rep(edge: str) -> Replica:
+        ch = Chain(nodes=(edge, "cloud"), unit_s=((0.03,) * 4, (0.005,) * 4),
+                   in_bytes=(8,) * 4, param_bytes=(1,) * 4, mem_bytes=(4, 4),
+                   latency_s=(0.0, 0.0), bandwidth_bps=(math.inf, math.inf))  # fmt: skip
+        return Replica(ch, CUT)
+
     clock = Clock()
-    a = Replica(chain(("e1", "cloud"), 0.01), CUT)
-    b = Replica(chain(("e2", "cloud"), 0.03), CUT)
-    heft = Heft([a, b], clock=clock)
-    _r, route = heft.pick()  # e1 finishes at 0.02, e2 at 0.06
-    assert route == (("e1", 0, 2), ("cloud", 2, 4))
-    _r, route = heft.pick()  # e1 is busy until 0.02: 0.04 there, still < 0.06
-    assert route[0][0] == "e1"
-    _r, route = heft.pick()  # e1 (free at 0.04) and e2 both finish at 0.06: the first
-    assert route[0][0] == "e1"
-    _r, route = heft.pick()  # e1 would finish at 0.08, e2 at 0.06
-    assert route[0][0] == "e2"
-    assert len(heft.slots[1]) == 1  # the shared cloud node is one slot
+    heft = Heft([rep("e1"), rep("e2")], clock=clock)
+    assert heft.finish(0, 0.0) == pytest.approx([0.06, 0.07])
+    assert heft.pick()[0] == 0  # 0.07 ties 0.07: the earlier replica
+    # e1 is busy until 0.06: on e1 it would end at 0.13, on e2 at 0.08 (the cloud,
+    # free at 0.07, is free again when e2 is done)
+    assert heft.finish(0, 0.0)[-1] == pytest.approx(0.13)
+    assert heft.finish(1, 0.0) == pytest.approx([0.06, 0.08])
+    r, route = heft.pick()
+    assert r == 1 and route == (("e2", 0, 2), ("cloud", 2, 4))
+    assert heft.free_at == pytest.approx({"e1": 0.06, "e2": 0.06, "cloud": 0.08})
+    clock.t = 1.0  # everything idle again
+    assert heft.pick()[0] == 0

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from testbed.backends import get_backend
-from testbed.backends.swarm import constraints, matches, placements
+from testbed.backends.swarm_engines import constraints, matches, placements
 from testbed.planner import make_plan
 from testbed.spec.loader import SpecError, parse_spec
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from testbed.backends.base import Backend
+from testbed.backends.base import Backend, NotStarted
 from testbed.faults import FAULT_KINDS, FaultKind
 from testbed.planner import Plan
 from testbed.spec.models import FaultSpec
@@ -194,6 +194,8 @@ class ChaosEngine:
                 self._apply(kind, name)
             except NotImplementedError as exc:
                 self.event("fault_rejected", name, kind=f.kind, reason=str(exc))
+            except NotStarted as exc:  # (a node nothing runs on: an LLM stage HEFT skipped)
+                self.event("fault_rejected", name, kind=f.kind, reason=str(exc.args[0]))
 
     def _apply(self, kind: FaultKind, name: str | None) -> None:
         state = kind.apply(self, name)

@@ -107,9 +107,28 @@ def test_overlapping_down_faults_hold_the_node_until_the_last_ends(tmp_path: Pat
         backend.stop()
     kinds = effects()
     assert kinds == [
-        "node_down", "node_down",  # two outages
-        "node_held", "node_restarted",  # the first ends: held; the second: restarted
-        "node_down", "node_down",  # the crash, then an outage of the crashed node
+        "node_down",
+        "node_down",  # two outages
+        "node_held",
+        "node_restarted",  # the first ends: held; the second: restarted
+        "node_down",
+        "node_down",  # the crash, then an outage of the crashed node
         "node_held",  # that outage ends: the crash holds it
     ], kinds
     assert not alive, "a crashed node was started again"
+
+
+def test_a_fault_on_a_node_that_runs_nothing_is_rejected_not_fatal(tmp_path: Path) -> None:
+    """A crash of a node the fleet never started (HEFT left its LLM stage empty) is
+    recorded as ``fault_rejected`` naming the node, and the run goes on."""
+    plan = make_plan(parse_spec(SPEC))
+    store = RunStore(tmp_path / "store")
+    store.create_run("r1", "rounds", seed=3, backend="local")
+    backend = LocalBackend(plan, tmp_path / "run", warm=False)  # (nothing started)
+    engine = ChaosEngine(plan, backend, store, "r1", plan.seed)
+    crash = parse_spec(SPEC + "  - {kind: crash, node: edge, at_round: 1}\n").faults[-1]
+    engine.fire(crash, "schedule")
+    rejected = [
+        (e.node, e.data_dict["reason"]) for e in store.events("r1") if e.kind == "fault_rejected"
+    ]
+    assert rejected == [("edge", "no started client node 'edge' (nodes: [])")]

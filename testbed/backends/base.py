@@ -42,6 +42,14 @@ class NotSupported(ValueError):
     simulation``); a ValueError, so the CLI reports it as a user error (exit 2)."""
 
 
+class NotStarted(KeyError):
+    """A fault or an injection names a node the fleet did not start (it runs nothing in
+    this run: an LLM stage HEFT left empty, a node of no workload)."""
+
+    def __init__(self, name: str, started: list[str]) -> None:
+        super().__init__(f"no started client node {name!r} (nodes: {started})")
+
+
 @dataclass(frozen=True)
 class NodeResources:
     """One sample of a node's resource use.

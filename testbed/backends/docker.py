@@ -38,7 +38,7 @@ from requests import RequestException
 
 from nodes.agent import FLOWER_ENV
 from testbed.backends import register_backend
-from testbed.backends.base import NodeResources, links_in_force
+from testbed.backends.base import NodeResources, NotStarted, links_in_force
 from testbed.backends.docker_net import (
     choose_link_mode,
     container_links,
@@ -564,7 +564,7 @@ class DockerBackend(LocalBackend):
     def node(self, name: str) -> DockerNode:  # type: ignore[override]
         """The handle of client node ``name`` (KeyError naming the nodes otherwise)."""
         if name not in self._cmds:
-            raise KeyError(f"no started client node {name!r} (nodes: {sorted(self._cmds)})")
+            raise NotStarted(name, sorted(self._cmds))
         return DockerNode(self, name)
 
     def restart_superlink(self) -> None:

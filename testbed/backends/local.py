@@ -25,7 +25,7 @@ import tomli_w
 from nodes.agent import FLOWER_ENV, flower_bin
 from nodes.device_control import NodeControl
 from testbed.backends import register_backend
-from testbed.backends.base import Backend, NodeResources, NotSupported
+from testbed.backends.base import Backend, NodeResources, NotStarted, NotSupported
 from testbed.backends.local_node import LocalNode, cpu_seconds, remove_node_cgroups
 from testbed.backends.zygote import Zygote
 from testbed.emulation.kinds import LINK_KINDS, LinkEnds, link_kind
@@ -519,7 +519,7 @@ class LocalBackend(Backend):
     def node(self, name: str) -> LocalNode:
         """The handle of client node ``name`` (KeyError naming the nodes otherwise)."""
         if name not in self._cmds:
-            raise KeyError(f"no started client node {name!r} (nodes: {sorted(self._cmds)})")
+            raise NotStarted(name, sorted(self._cmds))
         return LocalNode(self, name)
 
     @property

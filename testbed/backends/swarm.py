@@ -48,7 +48,7 @@ from docker.types import Mount, Resources, RestartPolicy, ServiceMode
 from requests import RequestException
 
 from testbed.backends import register_backend
-from testbed.backends.base import NotSupported
+from testbed.backends.base import NotStarted, NotSupported
 from testbed.backends.docker import (
     PING_TIMEOUT_S,
     RUN_LABEL,
@@ -383,7 +383,7 @@ class SwarmBackend(DockerBackend):
     def node(self, name: str) -> SwarmNode:  # type: ignore[override]
         """The handle of client node ``name`` (KeyError naming the nodes otherwise)."""
         if name not in self._cmds:
-            raise KeyError(f"no started client node {name!r} (nodes: {sorted(self._cmds)})")
+            raise NotStarted(name, sorted(self._cmds))
         return SwarmNode(self, name)
 
     def node_limits(self) -> dict[str, dict[str, Any]]:

@@ -19,7 +19,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections import ChainMap
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from flwr.app import Context, RecordDict
@@ -34,8 +36,10 @@ from testbed.simulation.protocol import ProtocolModel
 
 APP_DIR = Path(__file__).resolve().parents[2] / "nodes" / "fl" / "app"
 
-#: Flower node id -> partition id, captured when the Simulation Engine registers nodes.
-PARTITIONS: dict[int, int] = {}
+#: Flower node id -> partition id, captured when the Simulation Engine registers nodes
+#: (the registration's own mapping, kept by reference: a range of a million virtual
+#: nodes is not copied; :mod:`testbed.simulation.registry`).
+PARTITIONS: ChainMap[int, int] = ChainMap()
 
 
 def capture_partitions() -> None:
@@ -46,9 +50,9 @@ def capture_partitions() -> None:
     if getattr(register, "testbed_capture", False):
         return
 
-    def _register_nodes(num_nodes: int, state_factory: Any) -> dict[int, int]:
-        mapping: dict[int, int] = register(num_nodes=num_nodes, state_factory=state_factory)
-        PARTITIONS.update(mapping)
+    def _register_nodes(num_nodes: int, state_factory: Any) -> Mapping[int, int]:
+        mapping: Mapping[int, int] = register(num_nodes=num_nodes, state_factory=state_factory)
+        PARTITIONS.maps.insert(0, mapping)
         return mapping
 
     _register_nodes.testbed_capture = True  # type: ignore[attr-defined]
@@ -239,11 +243,12 @@ def run(settings: dict[str, Any]) -> None:
         "client_resources": {"num_cpus": float(settings["client_cpus"]), "num_gpus": 0.0},
         "init_args": init,
     }
-    capture_partitions()
-    if not settings.get("bare"):
-        from testbed.simulation import feeder
+    if not settings.get("bare"):  # (bare: Flower's own registry and feeder)
+        from testbed.simulation import feeder, registry
 
+        registry.install()  # before the capture, which wraps it
         feeder.install()
+    capture_partitions()
     try:
         _run_simulation(
             num_supernodes=len(settings["names"]),

@@ -12,10 +12,10 @@ import numpy as np
 
 from kernel.registry import Registry, callable_hook
 
-Partitioner = Callable[..., list[np.ndarray]]
+Partitioner = Callable[..., Sequence[np.ndarray]]
 PARTITIONERS: Registry[Partitioner] = Registry(
     "partitioner",
-    validate=callable_hook("(y, num_partitions, rng, **params) -> list of index arrays"),
+    validate=callable_hook("(y, num_partitions, rng, **params) -> sequence of index arrays"),
 )
 register_partitioner = PARTITIONERS.register
 

@@ -213,7 +213,7 @@ def register_nodes(num_nodes: int, state: Any) -> NodeRange | None:
             raise RuntimeError("virtual node ids already registered in this LinkState")
         table = VirtualNodes(ids, _node_info)
         table.made.update(state.nodes)  # (nodes registered before, if any)
-        state.nodes = table
+        state.nodes = table  # type: ignore[assignment]
 
     def get_nodes(run_id: int) -> set[int]:
         """Flower's ``get_nodes``: the online nodes of the run's federation."""
@@ -227,16 +227,21 @@ def register_nodes(num_nodes: int, state: Any) -> NodeRange | None:
             filtered: set[int] = state.federation_manager.filter_nodes(online, federation_id)
             return filtered
 
-    state.get_nodes = get_nodes
+    state.get_nodes = get_nodes  # type: ignore[method-assign]
     return ids
 
 
 def _node_info(node_id: int) -> Any:
     """A virtual node as Flower's ``_register_nodes`` leaves it: registered by the
     no-op account with random key bytes, then online with the infinite heartbeat."""
-    from flwr.common.constant import HEARTBEAT_INTERVAL_INF, HEARTBEAT_PATIENCE
+    from flwr.common.constant import (
+        HEARTBEAT_INTERVAL_INF,
+        HEARTBEAT_PATIENCE,
+        NOOP_ACCOUNT_NAME,
+        NOOP_FLWR_AID,
+    )
     from flwr.proto.node_pb2 import NodeInfo
-    from flwr.supercore.constant import NOOP_ACCOUNT_NAME, NOOP_FLWR_AID, NodeStatus
+    from flwr.supercore.constant import NodeStatus
     from flwr.supercore.date import now
 
     t = now()
@@ -257,10 +262,11 @@ def install() -> None:
     """Put the lazy registrations in place of Flower's in ``vce_api`` (idempotent)."""
     from flwr.server.superlink.fleet.vce import vce_api
 
+    api: Any = vce_api  # (its functions are replaced with ones of wider types)
     for name in ("_register_nodes", "_register_node_info_stores"):
         if not hasattr(vce_api, name):
             raise RuntimeError(f"flwr vce_api.{name} not found (Flower changed)")
-    nodes, stores = vce_api._register_nodes, vce_api._register_node_info_stores
+    nodes, stores = api._register_nodes, api._register_node_info_stores
     if getattr(nodes, "testbed_lazy", False):
         return
 
@@ -278,5 +284,5 @@ def install() -> None:
         return stores(nodes_mapping=nodes_mapping, run=run, app_dir=app_dir)  # type: ignore[no-any-return]
 
     _register_nodes.testbed_lazy = True  # type: ignore[attr-defined]
-    vce_api._register_nodes = _register_nodes
-    vce_api._register_node_info_stores = _register_node_info_stores
+    api._register_nodes = _register_nodes
+    api._register_node_info_stores = _register_node_info_stores

@@ -20,8 +20,8 @@ import json
 import os
 import sys
 from collections import ChainMap
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any
 
 from flwr.app import Context, RecordDict
@@ -29,9 +29,10 @@ from flwr.serverapp import Grid, ServerApp
 
 from nodes.fl.telemetry import Telemetry
 from nodes.fl.userapp import TESTBED_PREFIX
-from testbed.simulation.clock import ClientModel, VirtualClock
+from testbed.simulation.clock import VirtualClock
 from testbed.simulation.grid import ClockedGrid
 from testbed.simulation.polls import PollGrid
+from testbed.simulation.population import ClientPopulation, PopulationClients
 from testbed.simulation.protocol import ProtocolModel
 
 APP_DIR = Path(__file__).resolve().parents[2] / "nodes" / "fl" / "app"
@@ -46,17 +47,26 @@ def capture_partitions() -> None:
     """Wrap Flower's node registration so the clock knows which node id is which client."""
     from flwr.server.superlink.fleet.vce import vce_api
 
-    register = vce_api._register_nodes
+    api: Any = vce_api  # (registration may be the lazy one: a Mapping, not a dict)
+    register = api._register_nodes
     if getattr(register, "testbed_capture", False):
         return
 
     def _register_nodes(num_nodes: int, state_factory: Any) -> Mapping[int, int]:
         mapping: Mapping[int, int] = register(num_nodes=num_nodes, state_factory=state_factory)
-        PARTITIONS.maps.insert(0, mapping)
+        PARTITIONS.maps.insert(0, mapping)  # type: ignore[arg-type]
         return mapping
 
     _register_nodes.testbed_capture = True  # type: ignore[attr-defined]
-    vce_api._register_nodes = _register_nodes
+    api._register_nodes = _register_nodes
+
+
+def names_of(settings: dict[str, Any]) -> Sequence[str]:
+    """Client names by partition id (the settings' ``names``: the client groups, or a
+    list of names; :func:`nodes.fl.identity.node_names_of`)."""
+    from nodes.fl.identity import node_names_of
+
+    return node_names_of(settings["names"])
 
 
 def clock_of(settings: dict[str, Any], tel: Telemetry) -> VirtualClock:
@@ -66,11 +76,10 @@ def clock_of(settings: dict[str, Any], tel: Telemetry) -> VirtualClock:
     from testbed.simulation.vfaults import VirtualFaults
     from testbed.spec.models import FaultSpec
 
-    c, names = settings["clock"], list(settings["names"])
-    models = [ClientModel.from_dict(m) for m in c["models"]]
-    clients = {name: models[i] for name, i in zip(names, c["model_of"], strict=True)}
+    c, names = settings["clock"], names_of(settings)
+    clients = PopulationClients(names, ClientPopulation.from_dict(c["population"]))
     faults = None
-    if c.get("faults"):
+    if c.get("faults"):  # (per client name: O(registered) once, with faults only)
         specs = [FaultSpec.model_validate(f) for f in c["faults"]]
         out = str(settings["run_config"].get("artifact-dir", ""))
         tiers = {n: clients[n].tier for n in names}
@@ -105,7 +114,7 @@ def clocked_server_app(settings: dict[str, Any]) -> ServerApp:
     from nodes.fl import server_app as fl
 
     app = ServerApp()
-    names = list(settings["names"])
+    names = names_of(settings)
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
@@ -140,7 +149,7 @@ def user_server_app(settings: dict[str, Any]) -> ServerApp:
     from nodes.fl import observe
 
     inner: ServerApp = _component(settings["app_dir"], "serverapp")
-    names = list(settings["names"])
+    names = names_of(settings)
     app = ServerApp()
 
     @app.main()
@@ -251,7 +260,7 @@ def run(settings: dict[str, Any]) -> None:
     capture_partitions()
     try:
         _run_simulation(
-            num_supernodes=len(settings["names"]),
+            num_supernodes=len(names_of(settings)),
             exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
             client_app=client_app,
             server_app=server_app,

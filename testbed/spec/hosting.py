@@ -68,7 +68,8 @@ def links_lead_to(exp: Experiment) -> str:
         return fns.origin or "edge"  # requests come from the origin
     if exp.fleet is None:
         return "cloud"
-    on, several = hosts(exp), len(exp.workload.sections) > 1
+    several = len(exp.workload.sections) > 1
+    on = hosts(exp) if several else {}  # (one workload: on every node, no lookup)
     return next(
         (
             n.tier

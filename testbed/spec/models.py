@@ -40,7 +40,8 @@ Tier = Literal["edge", "fog", "cloud", "space"]
 TIERS: tuple[str, ...] = ("edge", "fog", "cloud", "space")
 RADIO_TIERS: tuple[str, ...] = ("edge",)  # tiers whose nodes have a radio (mmwave UE)
 NODE_ID = re.compile(r"^[a-z][a-z0-9-]*$")
-MAX_FLEET_NODES = 1_000_000  # nodes of one fleet, replicas included (beyond simulation scale)
+MAX_FLEET_NODES = 2_000_000  # nodes of one fleet, replicas included (a million virtual
+#                               clients and more fit the simulation backend: docs/simulation.md)
 MAX_SEED = 2**32 - 1  # numpy and torch accept every seed up to here (+ repetitions)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -88,23 +88,40 @@ class Silos(Sequence[Dataset]):
         return (self[p] for p in range(len(self)))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Splits:
-    """Server test set and each silo's local train/test split (made on first use)."""
+    """Server test set and each silo's local train/test split (made on first use: a
+    ClientApp never copies the server's test set out of the data).
 
-    server_test: Dataset
+    Attributes
+    ----------
+    data : Dataset
+        The whole dataset (possibly memory-mapped: :func:`nodes.data.datasets.load_dataset`).
+    server_idx : numpy.ndarray
+        Indices of the server's test set in ``data``.
+    silo_train, silo_test : sequence of Dataset
+        Each silo's local splits, by partition id.
+    """
+
+    data: Dataset
+    server_idx: np.ndarray
     silo_train: Sequence[Dataset]
     silo_test: Sequence[Dataset]
+
+    @cached_property
+    def server_test(self) -> Dataset:
+        """The server's test set (copied out of the data on first use)."""
+        return self.data.subset(self.server_idx)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
         """Shape of one input sample."""
-        return tuple(self.server_test.x.shape[1:])
+        return tuple(self.data.x.shape[1:])
 
     @property
     def num_classes(self) -> int:
         """Number of classes of the task."""
-        return self.server_test.num_classes
+        return self.data.num_classes
 
 
 @lru_cache(maxsize=4)
@@ -114,7 +131,7 @@ def _splits(spec_json: str, seed: int, num_partitions: int) -> Splits:
     rng = np.random.default_rng(seed)
     perm = rng.permutation(len(data))
     n_test = int(round(len(data) * spec.dataset.test_fraction))
-    server_test, pool = data.subset(perm[:n_test]), perm[n_test:]  # (pool: indices)
+    pool = perm[n_test:]  # (indices: the samples are copied per silo, on first use)
     parts = partition(
         spec.partitioner.name,
         data.y[pool],
@@ -125,7 +142,7 @@ def _splits(spec_json: str, seed: int, num_partitions: int) -> Splits:
         min_partition_size=spec.partitioner.min_partition_size,
     )
     silos = SiloSplits(data, pool, parts, seed, spec.dataset.local_test_fraction)
-    return Splits(server_test, Silos(silos, 0), Silos(silos, 1))
+    return Splits(data, perm[:n_test], Silos(silos, 0), Silos(silos, 1))
 
 
 def deterministic_torch() -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from collections import ChainMap
 from collections.abc import Mapping, Sequence
@@ -258,6 +259,7 @@ def run(settings: dict[str, Any]) -> None:
         registry.install()  # before the capture, which wraps it
         feeder.install()
     capture_partitions()
+    cache = data_cache(settings)
     try:
         _run_simulation(
             num_supernodes=len(names_of(settings)),
@@ -273,6 +275,24 @@ def run(settings: dict[str, Any]) -> None:
     finally:
         if ray.is_initialized():
             ray.shutdown()
+        if cache is not None:
+            shutil.rmtree(cache, ignore_errors=True)
+
+
+def data_cache(settings: dict[str, Any]) -> Path | None:
+    """Share a generated dataset between the ServerApp and the Ray workers: its folder
+    (``<artifact dir>/data_cache``, removed when the run ends) in
+    :data:`nodes.data.datasets.DATA_CACHE_ENV`, which the workers inherit; None (each
+    process generates its own) without an artifact dir or when the variable is set."""
+    from nodes.data.datasets import DATA_CACHE_ENV
+
+    rc = settings.get("run_config") or {}
+    out = str(rc.get("artifact-dir") or settings.get("artifact_dir") or "")
+    if not out or os.environ.get(DATA_CACHE_ENV):
+        return None
+    folder = Path(out) / "data_cache"
+    os.environ[DATA_CACHE_ENV] = str(folder)
+    return folder
 
 
 def main(argv: list[str]) -> int:

@@ -15,6 +15,7 @@ import importlib.util
 import json
 import os
 import secrets
+import shutil
 import sys
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
@@ -154,8 +155,11 @@ class SimulationBackend(Backend):
         """Nothing to play: link schedules and satellite passes are on the virtual clock."""
 
     def stop(self) -> None:
-        """Stop the simulation process tree (Ray included) if it still runs."""
+        """Stop the simulation process tree (Ray included) if it still runs, and remove
+        the generated dataset it shared with its workers (``data_cache``: not a record,
+        :func:`testbed.simulation.runner.data_cache`)."""
         self.procs.stop_all()
+        shutil.rmtree(self.run_dir / "data_cache", ignore_errors=True)
 
     # -- the Flower run ----------------------------------------------------------------
     def settings(self, run_config: dict[str, object]) -> dict[str, Any]:

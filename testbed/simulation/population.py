@@ -139,9 +139,7 @@ class ClientPopulation:
             for k in sorted(set(own)):
                 special[group.first_pid + k] = add(nodes.node(g, k))
             base = nodes.node(g, 0)
-            link = exp.links.nodes.get(spec.id) or exp.links.for_pair(
-                spec.tier, nodes.server_tier
-            )
+            link = exp.links.nodes.get(spec.id) or exp.links.for_pair(spec.tier, nodes.server_tier)
             per_profile = tuple(
                 add(dataclasses.replace(base, profile=p, profile_name=n, uplink=link))
                 for n, p in zip(rule.names, rule.profiles, strict=True)

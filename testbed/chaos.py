@@ -325,8 +325,9 @@ def _rename_rows(
     """Move rows recorded under ``node-<flower id>`` to the node's name (a status row
     already under the name for that round wins; metrics move as they are); rows of
     unidentified ids stay as they are."""
+    by_id = store.metric_nodes(run_id, "node-")  # (one look, not a scan per node id)
     for fid, node in ids.items():  # metrics of the id too (bytes_lost of a silent node)
-        if node in names and fid is not None:
+        if node in names and fid is not None and f"node-{fid}" in by_id:
             store.rename_metric_node(run_id, f"node-{fid}", node)
     rows = store.round_status(run_id, with_ts=True)
     seen = {(row.round, row.node) for row in rows if row.node in names}

@@ -30,6 +30,10 @@ from testbed.workload_tables import SHOWN, workload_tables
 GROUP_OVER = 24
 #: At most this many nodes with a failure are listed under the groups.
 FAILED_ROWS = 20
+#: A fleet of more clients than this is followed live by group counts: a node gets a
+#: row of its own state once a record names it (a simulation's million virtual clients);
+#: a round's start cannot mark them training (which are sampled is not known here).
+LIVE_NODES_MAX = 1000
 #: The live table is rebuilt at most this often, seconds (Live redraws 4 times a second).
 REDRAW_S = 0.25
 
@@ -126,7 +130,7 @@ class ConsoleObserver:
         total = fl.rounds if fl else 100
         desc = f"{self.label}[bold]{plan.name}[/] {'rounds' if fl else 'progress'}"
         self.task = self.progress.add_task(desc, total=total, info="starting fleet")
-        if fl and plan.num_clients > GROUP_OVER:  # (counted by group, not one by one)
+        if fl and plan.num_clients > LIVE_NODES_MAX:  # (counted by group, not one by one)
             self.group_sizes = plan.client_counts()
             names = plan.client_names()
             find = getattr(names, "find", None)

@@ -474,10 +474,12 @@ class Experiment(Frozen):
         if self.fleet is not None:
             names = [name for n in self.fleet.nodes for name in n.names()]
             errors += self._fleet_errors(self.fleet, names)
+        refs = self._node_references()
+        known = set(names) if refs else set()  # (a lookup per reference, not a scan)
         errors += [
             f"{path}: node {node!r} is not defined in fleet.nodes (defined: {sorted(names)})"
-            for path, node in self._node_references()
-            if node not in names
+            for path, node in refs
+            if node not in known
         ]
         if len(self.workload.sections) > 1 or self.fleet is not None:
             from testbed.spec.hosting import hosting_errors

@@ -18,7 +18,6 @@ per round, and peak RSS and PSS per client node (whole process tree, from
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile

@@ -14,7 +14,7 @@
     python bench/simulation.py [--rounds 3] [--same-clients 100] [--scale 1000,10000]
     python bench/simulation.py --clients 10000 --sample 100 [--rounds 4]   # one case
     python bench/simulation.py --virtual 10000,100000,1000000 [--rounds 3] [--bare-max N]
-                                       # virtual clients, 0.1 % sampled (docs/simulation.md)
+                                       # virtual clients, 1,000 sampled (docs/simulation.md)
     python bench/simulation.py --calibration [--timing flower|fast]
         [--variants local,simulation,grid] [--keep DIR] [--spec protocol|links|latency]
                                                        # docs/results/calibration.md
@@ -390,7 +390,8 @@ def scale_case(clients: int, sample: int, rounds: int, work: Path) -> None:
 
 
 #: The virtual-client scale spec (issue 30's acceptance: rpi5 phones, two synthetic
-#: samples per client, mlp, 0.1 % sampled per round); ``{clients}``, ``{rounds}``.
+#: samples per client, mlp, 1,000 sampled per round: 0.1 % of a million);
+#: ``{clients}``, ``{samples}``, ``{fraction}``, ``{rounds}``.
 VIRTUAL = """\
 name: virtual-{clients}
 fleet:
@@ -401,7 +402,9 @@ workload:
   fl:
     dataset: {{name: synthetic, num_samples: {samples}}}
     model: {{name: mlp}}
-    strategy: {{name: fedavg, params: {{fraction_train: 0.001, fraction_evaluate: 0.001}}}}
+    strategy:
+      name: fedavg
+      params: {{fraction_train: {fraction}, fraction_evaluate: {fraction}}}
     rounds: {rounds}
 """
 
@@ -437,15 +440,16 @@ def startup(t0: float, telemetry: Path) -> dict[str, float]:
 
 
 def virtual_case(clients: int, rounds: int, work: Path, bare_too: bool) -> None:
-    """``clients`` registered, 0.1 % sampled per round (:data:`VIRTUAL`): ours, and bare
+    """``clients`` registered, 1,000 sampled per round (:data:`VIRTUAL`): ours, and bare
     Flower's Simulation Engine on the same apps and settings when ``bare_too``. Prints
     start-up, round time and the whole tree's peak memory."""
-    text = VIRTUAL.format(clients=clients, rounds=rounds, samples=2 * clients)
+    frac = min(1.0, 1000 / clients)
+    text = VIRTUAL.format(clients=clients, rounds=rounds, samples=2 * clients, fraction=frac)
     t0 = time.time()
     r = ours(text, work / f"virtual-{clients}")
     s = startup(t0, Path(r["artifact_dir"]) / "telemetry.jsonl")
     print(
-        f"ours, {clients} registered / {max(1, clients // 1000)} sampled: {r['status']}, "
+        f"ours, {clients} registered / {round(clients * frac)} sampled: {r['status']}, "
         f"start-up {s['startup_s']:.1f} s (round 1 starts at {s['to_round1_s']:.1f} s, "
         f"round 1 {s['round1_s']:.2f} s), round {s['round_s']:.2f} s, wall "
         f"{r['wall_s']:.1f} s, peak memory of the whole tree {r['tree_peak_mb']:.0f} MB "
@@ -491,7 +495,7 @@ def main() -> None:
     ap.add_argument(
         "--virtual",
         metavar="N,N,...",
-        help="only virtual-client scale: N registered, 0.1 %% sampled (issue 30's spec)",
+        help="only virtual-client scale: N registered, 1,000 sampled (issue 30's spec)",
     )
     ap.add_argument(
         "--bare-max", type=int, default=0, help="--virtual: bare Flower too, up to this N"

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup run test test-e2e study-quick lint bench test-docker compose clean
+.PHONY: setup run test test-e2e study-quick lint bench test-docker test-swarm compose clean
 
 # torch first and pinned: `torch==2.13.0` takes the local CPU build; a looser pin would
 # pull several GB of CUDA wheels.
@@ -45,6 +45,9 @@ compose: setup  ## regenerate docker-compose.yml from the quickstart spec
 
 test-docker: setup  ## real Docker engine: tests/docker (parity local/docker) + a compose run (root; installs docker.io if missing)
 	bash docker/e2e.sh
+
+test-swarm: setup  ## two private engines in one Docker swarm: --backend swarm vs docker (root; also part of test-docker)
+	SKIP_DOCKER_TESTS=1 SKIP_COMPOSE=1 RUN_SWARM=1 bash docker/e2e.sh
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -15,11 +15,15 @@
 #     runner through the SDK), and `docker compose` (v2) too when the plugin is
 #     installed; checks the run record in the SQLite store, that no container is left,
 #     and that a failing run fails the compose command; prints the timings;
-#  7. always tears down: compose down, dockerd stopped by its pidfile.
+#  7. docker/swarm.sh (RUN_SWARM=1, the default): a second private engine, both in one
+#     swarm on loopback, tests/docker/test_swarm.py, then the swarm left and engine B
+#     stopped;
+#  8. always tears down: compose down, dockerd stopped by its pidfile.
 #
 # Environment: DOCKER_DIR (default .docker), RUN_TIMEOUT_S (default 1200),
 # SKIP_DOCKER_TESTS=1 to run only the compose part (step 6), SKIP_COMPOSE=1 to skip it,
-# PYTEST_ARGS (default tests/docker) to run some of the tests of step 5,
+# PYTEST_ARGS (default tests/docker) to run some of the tests of step 5, RUN_SWARM=0 to
+# skip step 7,
 # KEEP_DOCKER_DATA=0 to delete the engine's data root (images) at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -184,11 +188,13 @@ echo "image size (MB)              $((size / 1000000))" >> "$TIMINGS"
 if [ "${SKIP_DOCKER_TESTS:-0}" = 1 ]; then
   log "SKIP_DOCKER_TESTS=1: tests/docker not run"
 else
-log "pytest tests/docker (TESTBED_DOCKER_TESTS=1)"
+PARITY_ONCE=""   # the swarm step runs the parity spec on local, docker and swarm at once
+[ "${RUN_SWARM:-1}" = 1 ] && PARITY_ONCE="--deselect tests/docker/test_docker_parity.py::test_local_and_docker_agree"
+log "pytest tests/docker (TESTBED_DOCKER_TESTS=1) $PARITY_ONCE"
 t=$(now)
 # shellcheck disable=SC2086
 run_bg env TESTBED_DOCKER_TESTS=1 timeout "$RUN_TIMEOUT_S" "$PY" -m pytest -q -p no:cacheprovider --durations=10 \
-  ${PYTEST_ARGS:-tests/docker} > "$DOCKER_DIR/pytest-docker.log" 2>&1 \
+  ${PYTEST_ARGS:-tests/docker $PARITY_ONCE} > "$DOCKER_DIR/pytest-docker.log" 2>&1 \
   || { tail -40 "$DOCKER_DIR/pytest-docker.log"; die "tests/docker failed (log: $DOCKER_DIR/pytest-docker.log)"; }
 sed -n '/slowest 10 durations/,$p' "$DOCKER_DIR/pytest-docker.log"   # (CI's budget)
 timing "pytest tests/docker" "$t"
@@ -285,6 +291,15 @@ if docker compose version >/dev/null 2>&1; then
 else
   log "compose v2 (\`docker compose\` plugin) not installed here: v2 not exercised"
 fi
+fi
+
+if [ "${RUN_SWARM:-1}" = 1 ]; then
+  t=$(now)
+  run_bg env DOCKER_DIR="$DOCKER_DIR" VENV="$VENV" RUN_TIMEOUT_S="$RUN_TIMEOUT_S" bash docker/swarm.sh \
+    || die "the swarm step failed (docker/swarm.sh)"
+  timing "swarm (2 engines)" "$t"
+else
+  log "RUN_SWARM=0: the swarm step (docker/swarm.sh) not run"
 fi
 
 log "timings (this machine: $(nproc) cores):"

@@ -1,12 +1,29 @@
 """Rate and block errors of an mmWave link over time, from Sionna channel realisations.
 
 :class:`RadioLinkModel` turns a :class:`radio.config.MmwaveLinkSpec` into a sequence of
-windows (``update_s`` each): in every window the channel between the user equipment and
-its base station is a Sionna TR 38.901 CDL/TDL realisation sampled once per coherence
-time ``T_c = 0.423 / f_D`` (Clarke's 50 %-correlation time, ``f_D = v f_c / c``), so a
-window holds ``update_s / T_c`` transmission blocks, time-correlated through the model's
-own Doppler evolution (windows are independent draws: ``update_s`` >> ``T_c`` at any
-speed above ~0.5 m/s at 28 GHz; below it one realisation is kept for ``T_c``).
+windows (``update_s`` each). The channel between the user equipment and its base
+station is a Sionna TR 38.901 CDL/TDL channel whose coherence time follows the UE's
+speed: ``T_c = 0.423 / f_D`` (Clarke's 50 %-correlation time, ``f_D = v f_c / c``).
+A transmission block lasts ``T_b = max(T_c, slot)`` (one coherence time, never shorter
+than a slot, the scheduling unit), so a window of fixed duration spans::
+
+    N = ceil(update_s / T_b)      (at most ceil(update_s / slot): the cap)
+
+blocks that see (about) independent channel realisations. A slow UE (long ``T_c``) has
+few of them per window and its window rate swings from window to window; a fast UE has
+many and averages out (window-to-window variance of the BLER ~ ``p (1 - p) / N``).
+
+The first ``K = min(N, SIONNA_BLOCKS_PER_WINDOW)`` blocks of a window are Sionna
+realisations, ONE time series sampled every ``T_b`` (time-correlated through the model's
+own Doppler evolution). The other ``N - K`` are not drawn from Sionna one by one (measured
+once on this 2-core host, 2026-11-28: 3.8 s for 16 windows of 1,024 blocks, while a
+0.2 s window at 30 m/s holds 1,325 blocks: a window would take longer to compute than it
+lasts). Each of them fails, independently, with the failure share ``p_fail`` that the
+state's own Sionna calibration blocks show at the link-adaptation rate: their failures
+are ``Binomial(N - K, p_fail)``, from the link's seeded generator. Windows are
+independent draws (``update_s`` >> ``T_c`` at any speed above ~0.5 m/s at 28 GHz); a
+channel that outlasts the window (``T_c >= update_s``) is tracked: one realisation kept
+for ``T_c``.
 
 Per block, the capacity in bit per resource element is the MIMO Shannon capacity without
 transmitter CSI, averaged over subcarriers spread across the allocation::
@@ -18,7 +35,7 @@ per radio state: the ``target_bler`` quantile of ``C_b`` over ``calibration_bloc
 blocks. A block with ``C_b < R`` fails and is sent again (a retransmission costs its
 airtime), so a window's goodput is::
 
-    rate_bps = R * (1 - overhead_fraction) * RE/s * (blocks that succeeded / blocks)
+    rate_bps = R * (1 - overhead_fraction) * RE/s * (blocks that succeeded / N)
 
 Everything here is MODELLED (no radio hardware); the parameters go to the run record.
 """
@@ -40,8 +57,9 @@ SPEED_OF_LIGHT_MPS = 299_792_458.0
 CLARKE_COHERENCE = 0.423
 #: Subcarriers sampled across the allocation per block (capacity is averaged over them).
 SAMPLED_SUBCARRIERS = 8
-#: Largest number of blocks evaluated per window (a sample of the window's blocks).
-MAX_BLOCKS_PER_WINDOW = 32
+#: Largest number of a window's blocks drawn from Sionna (the first ``K`` of its ``N``;
+#: the other ``N - K`` fail i.i.d. with the state's calibrated failure share).
+SIONNA_BLOCKS_PER_WINDOW = 32
 #: Windows drawn per Sionna call (one batch), used one per ``update_s``.
 WINDOWS_PER_DRAW = 16
 
@@ -109,7 +127,11 @@ class WindowRate:
     bler : float
         Share of the window's blocks that failed (retransmitted).
     blocks : int
-        Blocks evaluated in the window.
+        ``N``: blocks of the window, one per block time ``max(T_c, slot)`` (1 when the
+        channel outlasts the window).
+    sionna_blocks : int
+        ``K``: of which drawn from Sionna (the others fail i.i.d. with the state's
+        calibrated failure share).
     target_rate_bits_per_re : float
         The link-adaptation rate ``R`` [bit/RE].
     coherence_time_s : float
@@ -120,6 +142,7 @@ class WindowRate:
     rate_mbps: float
     bler: float
     blocks: int
+    sionna_blocks: int
     target_rate_bits_per_re: float
     coherence_time_s: float
     state: RadioState
@@ -127,6 +150,7 @@ class WindowRate:
     def as_dict(self) -> dict[str, Any]:
         return {
             "rate_mbps": self.rate_mbps, "bler": self.bler, "blocks": self.blocks,
+            "sionna_blocks": self.sionna_blocks,
             "target_rate_bits_per_re": self.target_rate_bits_per_re,
             "coherence_time_s": self.coherence_time_s, "snr_db": self.state.snr_db,
             "speed_mps": self.state.speed_mps, "distance_m": self.state.distance_m,
@@ -155,7 +179,7 @@ class RadioLinkModel:
         self.spec = spec
         self.numerology = Numerology(spec.subcarrier_spacing_hz, spec.num_resource_blocks)
         self._gen_state = torch.Generator().manual_seed(int(seed)).get_state()
-        self._rates: dict[tuple[float, float], float] = {}
+        self._rates: dict[tuple[float, float], tuple[float, float]] = {}  # (R, p_fail)
         self._static: Any = None  # the channel kept while the coherence time lasts
         self._static_left_s = 0.0
         self._queue: list[Any] = []  # block capacities of drawn, unused windows
@@ -182,6 +206,16 @@ class RadioLinkModel:
         doppler_hz = speed_mps * self.spec.carrier_frequency_hz / SPEED_OF_LIGHT_MPS
         return CLARKE_COHERENCE / doppler_hz if doppler_hz > 0 else math.inf
 
+    def block_time_s(self, speed_mps: float) -> float:
+        """``T_b = max(T_c, slot)`` [s]: one block per coherence time, never shorter than
+        a slot (``inf`` for a static UE)."""
+        return max(self.coherence_time_s(speed_mps), self.numerology.slot_duration_s)
+
+    @property
+    def max_blocks_per_window(self) -> int:
+        """The cap on ``N``: ``ceil(update_s / slot)`` (blocks of one slot each)."""
+        return math.ceil(self.spec.update_s / self.numerology.slot_duration_s - 1e-9)
+
     @property
     def re_per_s(self) -> float:
         """Resource elements per second of the allocation."""
@@ -189,14 +223,15 @@ class RadioLinkModel:
 
     # -- Sionna ------------------------------------------------------------------------
     def _draw(self, batch: int, steps: int, speed_mps: float) -> Any:
-        """Channel frequency responses [batch, steps, F, M, N] sampled every ``T_c``."""
+        """Channel frequency responses [batch, steps, F, M, N] sampled every block time
+        ``max(T_c, slot)`` (every slot for a static UE)."""
         import torch
         from sionna.phy import config
         from sionna.phy.channel import cir_to_ofdm_channel
 
         gen_model = self._generator(speed_mps)
-        tc = self.coherence_time_s(speed_mps)
-        fs = 1.0 / tc if math.isfinite(tc) else 1.0 / self.numerology.slot_duration_s
+        tb = self.block_time_s(speed_mps)
+        fs = 1.0 / tb if math.isfinite(tb) else 1.0 / self.numerology.slot_duration_s
         bw = self.numerology.bandwidth_hz
         freqs = torch.linspace(-bw / 2, bw / 2, SAMPLED_SUBCARRIERS)
         with self._lock:
@@ -245,24 +280,40 @@ class RadioLinkModel:
         return bits.mean(-1)
 
     def blocks_per_window(self, speed_mps: float) -> int:
-        """Blocks of one window evaluated (``update_s / T_c``, at most
-        :data:`MAX_BLOCKS_PER_WINDOW`; 1 when the channel outlasts the window)."""
+        """``N``: blocks of one window, ``ceil(update_s / max(T_c, slot))`` (at most
+        :attr:`max_blocks_per_window`; 1 when the channel outlasts the window)."""
         tc = self.coherence_time_s(speed_mps)
         if not (math.isfinite(tc) and tc < self.spec.update_s):
             return 1
-        return min(max(1, round(self.spec.update_s / tc)), MAX_BLOCKS_PER_WINDOW)
+        n = math.ceil(self.spec.update_s / self.block_time_s(speed_mps) - 1e-9)
+        return min(max(2, n), self.max_blocks_per_window)
+
+    def sionna_blocks_per_window(self, speed_mps: float) -> int:
+        """``K = min(N, SIONNA_BLOCKS_PER_WINDOW)``: a window's blocks drawn by Sionna."""
+        return min(self.blocks_per_window(speed_mps), SIONNA_BLOCKS_PER_WINDOW)
 
     def target_rate(self, state: RadioState) -> float:
         """Link adaptation: the ``target_bler`` quantile of block capacity [bit/RE]
-        (windows drawn as :meth:`window` draws them, so both see one distribution)."""
+        (Sionna series drawn as :meth:`window` draws them, so both see one
+        distribution)."""
+        return self._calibrate(state)[0]
+
+    def failure_share(self, state: RadioState) -> float:
+        """Share of the state's Sionna calibration blocks below the rate ``R``: the
+        failure probability of a window's blocks beyond its Sionna-drawn ones."""
+        return self._calibrate(state)[1]
+
+    def _calibrate(self, state: RadioState) -> tuple[float, float]:
+        """``(R, p_fail)`` of a radio state, from ``calibration_blocks`` Sionna blocks."""
         import torch
 
         if state.key not in self._rates:
-            steps = self.blocks_per_window(state.speed_mps)
+            steps = self.sionna_blocks_per_window(state.speed_mps)
             batch = max(2, self.spec.calibration_blocks // steps)
             cap = self.block_capacity(self._draw(batch, steps, state.speed_mps), state.snr_db)
-            q = torch.quantile(cap.flatten().double(), self.spec.target_bler)
-            self._rates[state.key] = max(float(q), 0.0)
+            cap = cap.flatten().double()
+            r = max(float(torch.quantile(cap, self.spec.target_bler)), 0.0)
+            self._rates[state.key] = (r, float((cap < r).double().mean()))
         return self._rates[state.key]
 
     # -- one window ----------------------------------------------------------------------
@@ -270,31 +321,51 @@ class RadioLinkModel:
         """Rate and BLER of the next ``update_s`` window in ``state``.
 
         A channel that changes within the window (``T_c < update_s``) is sent at the
-        link-adaptation rate ``R``; its blocks below ``R`` fail. A channel that outlasts
-        the window (slow or static UE) is tracked: the rate is that realisation's own
-        capacity and no block fails; a new realisation is drawn every ``T_c`` (never,
-        for a static UE, until the radio state changes).
+        link-adaptation rate ``R`` over the window's ``N`` blocks; a block below ``R``
+        fails. The first ``K`` blocks are Sionna's (their capacities against ``R``), the
+        other ``N - K`` fail i.i.d. with the state's calibrated failure share. A channel
+        that outlasts the window (slow or static UE) is tracked: the rate is that
+        realisation's own capacity and no block fails; a new realisation is drawn every
+        ``T_c`` (never, for a static UE, until the radio state changes).
         """
         tc = self.coherence_time_s(state.speed_mps)
-        blocks = self.blocks_per_window(state.speed_mps)
         overhead = (1.0 - self.spec.overhead_fraction) * self.re_per_s / 1e6
-        if blocks > 1 or (math.isfinite(tc) and tc < self.spec.update_s):
-            r = self.target_rate(state)
+        if math.isfinite(tc) and tc < self.spec.update_s:
+            n = self.blocks_per_window(state.speed_mps)
+            k = self.sionna_blocks_per_window(state.speed_mps)
+            r, p_fail = self._calibrate(state)
             self.state = state
-            cap = self._next_window(state, blocks)
-            ok = float((cap >= r).double().mean()) if r > 0 else 0.0
-            return WindowRate(r * overhead * ok, 1.0 - ok, int(cap.numel()), r, tc, state)
+            cap = self._next_window(state, k)
+            failed = float((cap < r).double().sum()) if r > 0 else float(k)
+            if n > k:
+                failed += self._binomial(n - k, p_fail if r > 0 else 1.0)
+            ok = 1.0 - failed / n
+            return WindowRate(r * overhead * ok, failed / n, n, k, r, tc, state)
         if self._static is None or self._static_left_s <= 0 or self.state != state:
             self._static = self._draw(1, 1, state.speed_mps)[0]
             self._static_left_s = tc
         self._static_left_s -= self.spec.update_s
         self.state = state
         r = float(self.block_capacity(self._static, state.snr_db).mean())
-        return WindowRate(r * overhead, 0.0, 1, r, tc, state)
+        return WindowRate(r * overhead, 0.0, 1, 1, r, tc, state)
+
+    def _binomial(self, count: int, p: float) -> float:
+        """Failures among ``count`` i.i.d. blocks of failure probability ``p``, drawn
+        from the link's own seeded generator (the one its Sionna draws use)."""
+        import torch
+
+        gen = torch.Generator()
+        gen.set_state(self._gen_state)
+        draw = torch.binomial(
+            torch.tensor([float(count)]), torch.tensor([min(max(p, 0.0), 1.0)]),
+            generator=gen,
+        )
+        self._gen_state = gen.get_state()
+        return float(draw[0])
 
     def _next_window(self, state: RadioState, blocks: int) -> Any:
-        """Block capacities [blocks] of the next window (drawn ``WINDOWS_PER_DRAW`` at a
-        time: one Sionna call per batch of windows)."""
+        """Capacities [blocks] of the next window's Sionna blocks (drawn
+        ``WINDOWS_PER_DRAW`` windows at a time: one Sionna call per batch of windows)."""
         if self._queue_key != state.key or not self._queue:
             h = self._draw(WINDOWS_PER_DRAW, blocks, state.speed_mps)
             self._queue = list(self.block_capacity(h, state.snr_db))
@@ -319,4 +390,11 @@ class RadioLinkModel:
             "re_per_s": self.re_per_s,
             "bandwidth_hz": self.numerology.bandwidth_hz,
             "coherence_constant": CLARKE_COHERENCE,
+            "slot_duration_s": self.numerology.slot_duration_s,
+            "blocks_per_window": "N = ceil(update_s / max(T_c, slot)), T_c = "
+                                 "coherence_constant / Doppler",
+            "max_blocks_per_window": self.max_blocks_per_window,
+            "sionna_blocks_per_window": SIONNA_BLOCKS_PER_WINDOW,
+            "beyond_sionna_blocks": "fail i.i.d. with the state's calibrated failure "
+                                    "share (Binomial)",
         }

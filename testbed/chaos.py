@@ -61,13 +61,8 @@ class ChaosEngine:
 
     # -- targets and triggers ------------------------------------------------------
     def targets(self, f: FaultSpec) -> list[str]:
-        """Client nodes fault ``f`` names (a node, the replicas of a node id, a tier)."""
-        clients = self.plan.clients
-        if f.node is not None:
-            return [
-                n.name for n in clients if n.name == f.node or n.name.rsplit("-", 1)[0] == f.node
-            ]
-        return [n.name for n in clients if n.tier == f.tier]
+        """Client nodes fault ``f`` names (:func:`fault_targets`)."""
+        return fault_targets(self.plan, f)
 
     def start(self) -> None:
         """Fleet is ready: arm time triggers and round-1 faults."""
@@ -340,3 +335,12 @@ def _rename_rows(
             reason = row.reason if row.reason is not None else ""
             store.set_status(run_id, row.round, name, row.status, reason, ts=row.ts)
             seen.add((row.round, name))
+
+
+def fault_targets(plan: Plan, f: FaultSpec) -> list[str]:
+    """Client nodes of ``plan`` fault ``f`` names (a node, the replicas of a node id, a
+    tier)."""
+    clients = plan.clients
+    if f.node is not None:
+        return [n.name for n in clients if n.name == f.node or n.name.rsplit("-", 1)[0] == f.node]
+    return [n.name for n in clients if n.tier == f.tier]

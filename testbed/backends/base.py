@@ -147,6 +147,8 @@ class Backend(abc.ABC):
     #: A user's app runs with this host's Python (its declared dependencies must be
     #: installed here); False: the backend brings them (docker: a derived image).
     app_runs_on_host: ClassVar[bool] = True
+    #: Reads ``fleet.nodes[i].placement`` (swarm: which engine runs a node's containers).
+    places_nodes: ClassVar[bool] = False
 
     def __init__(self, plan: Plan, run_dir: Path, **options: Any) -> None:
         """Keep the run; ``options`` are the backend's own (``warm``, ``image`` ...)."""
@@ -211,9 +213,9 @@ class Backend(abc.ABC):
         """What a run will do differently from the spec's letter, said before it starts
         (``testbed validate`` prints them; the run records them in its summary). docker:
         nodes whose built-in profile is above this host get the host's figures. The
-        base has none."""
-        del experiments, options
-        return []
+        base notes what of the spec it does not read (:meth:`ignored`)."""
+        del options
+        return [f"ignored: {line}" for line in cls.ignored(experiments[0])] if experiments else []
 
     @classmethod
     def _refuse(cls, field: str, what: str, allowed: Collection[str]) -> NotSupported:
@@ -288,9 +290,7 @@ class Backend(abc.ABC):
         """Stop everything the backend started (processes, containers, links)."""
 
     @abc.abstractmethod
-    def start_schedules(
-        self, only: Collection[str] | None = None, t0: float | None = None
-    ) -> None:
+    def start_schedules(self, only: Collection[str] | None = None, t0: float | None = None) -> None:
         """Play the time-varying links (schedules, satellite passes) from ``t0``.
 
         Parameters
@@ -459,9 +459,26 @@ class Backend(abc.ABC):
         round times are virtual), and ``ignored``: what of the spec this backend does not
         read (a ``simulation:`` section off the simulation backend)."""
         info = links_in_force(self.plan, self.plan.experiment.links.mode)
-        if self.plan.experiment.simulation is not None:
-            info["ignored"] = "simulation: (read by --backend simulation only)"
+        ignored = self.ignored(self.plan.experiment)
+        if ignored:
+            info["ignored"] = "; ".join(ignored)
         return info
+
+    @classmethod
+    def ignored(cls, exp: Experiment) -> list[str]:
+        """What of ``exp`` this backend does not read: a ``simulation:`` section off the
+        simulation backend, ``fleet.nodes[i].placement`` off a backend that does not
+        place nodes (:attr:`places_nodes`)."""
+        out = []
+        if exp.simulation is not None and cls.name != "simulation":
+            out.append("simulation: (read by --backend simulation only)")
+        placed = [n.id for n in (exp.fleet.nodes if exp.fleet else ()) if n.placement]
+        if placed and not cls.places_nodes:
+            out.append(
+                f"placement of {', '.join(placed)} (read by --backend swarm only: every "
+                f"node runs on this host)"
+            )
+        return out
 
     def exit_reasons(self) -> dict[str, str]:
         """Client node -> why it ended on its own, not by a fault (docker: ``oom``,

@@ -249,7 +249,8 @@ class DockerBackend(LocalBackend):
 
         host, over = Host.measure(), bool((options or {}).get("oversubscribe"))
         plans = [make_plan(e) for e in experiments[:1]]  # (a sweep's fleets are alike)
-        out = [f"limits: {line}" for p in plans for line in grouped(capped(p, host, over))]
+        out = super().notes(experiments, options)
+        out += [f"limits: {line}" for p in plans for line in grouped(capped(p, host, over))]
         for section in experiments[0].workload.sections if experiments else ():
             wl = workload(section)
             if isinstance(wl, LibraryWorkload):
@@ -288,22 +289,40 @@ class DockerBackend(LocalBackend):
         volumes[host_path(mount)] = {"bind": mount, "mode": "rw"}
         if "cpu_quota" in limits:
             self.base_cpus[name] = limits["cpu_quota"] / limits["cpu_period"]
+        container = self._create(name, ["sh", "-c", shell], volumes, limits, network)
+        self.containers[name] = container
+        return container
+
+    def _create(
+        self,
+        name: str,
+        command: list[str],
+        volumes: dict[str, dict[str, str]],
+        limits: dict[str, Any],
+        network: str,
+    ) -> Container:
+        """Create and start node ``name``'s container (swarm: a service's task)."""
         container: Container = self.client.containers.run(
             self.image,
-            ["sh", "-c", shell],
-            name=f"tb-{self.run_label}-{name}"[:120],
+            command,
+            name=self._container_name(name),
             detach=True,
             init=True,
             network_mode=network,
-            labels={RUN_LABEL: self.run_label, NODE_LABEL: name},
+            labels=self._labels(name),
             volumes=volumes,
             environment=self._env(name),
             working_dir=str(self.run_dir / "nodes" / name),  # as locally: its home
             user=f"{os.getuid()}:{os.getgid()}",
             **limits,
         )
-        self.containers[name] = container
         return container
+
+    def _container_name(self, name: str) -> str:
+        return f"tb-{self.run_label}-{name}"[:120]
+
+    def _labels(self, name: str) -> dict[str, str]:
+        return {RUN_LABEL: self.run_label, NODE_LABEL: name}
 
     def proc(self, name: str) -> ContainerProcess:
         """The container of node ``name`` as a process (``poll``)."""
@@ -357,7 +376,7 @@ class DockerBackend(LocalBackend):
         port = free_port()
         db = self.run_dir / "nodes" / server.name / "superlink.db"
         db.parent.mkdir(parents=True, exist_ok=True)
-        host = "0.0.0.0" if netem else "127.0.0.1"
+        host = "0.0.0.0" if netem or self.listen_host != "127.0.0.1" else "127.0.0.1"
         cmd = ["testbed", "node", "superlink", "--port", str(port), "--host", host]
         net = "none" if netem else "host"
         self._run(server.name, [*cmd, "--database", str(db)], {}, self._inputs, network=net)
@@ -599,7 +618,7 @@ class DockerBackend(LocalBackend):
     def _watch(self) -> None:
         """Sample every container's stats and state off the runner's loop (each engine
         call takes tens of ms; the runner reacts to telemetry every 0.25 s)."""
-        api = docker.from_env(timeout=30).api  # a client of its own (not shared across threads)
+        apis: dict[str, docker.APIClient] = {}  # clients of its own (not shared across threads)
         try:
             while not self._stop_watch.wait(STATS_EVERY_S):
                 now = time.monotonic()
@@ -609,6 +628,12 @@ class DockerBackend(LocalBackend):
                 for name, cid in ids.items():
                     if self._stop_watch.is_set():
                         return
+                    url = self._engine_url(name)
+                    if url is None:
+                        continue  # (swarm: an engine the runner cannot reach)
+                    if url not in apis:
+                        apis[url] = self._api_client(url)
+                    api = apis[url]
                     try:
                         sample = self._sample(
                             name, api.stats(cid, stream=False, one_shot=True), now
@@ -626,7 +651,19 @@ class DockerBackend(LocalBackend):
                         exits[name] = why
                 self._sampled, self._exits = out, exits
         finally:
-            api.close()
+            for api in apis.values():
+                api.close()
+
+    def _engine_url(self, name: str) -> str | None:
+        """The engine that runs node ``name``'s container (``DOCKER_HOST``'s here)."""
+        del name
+        return docker_host()
+
+    def _api_client(self, url: str) -> docker.APIClient:
+        """A low-level client of engine ``url`` for the watcher thread."""
+        del url
+        api: docker.APIClient = docker.from_env(timeout=30).api
+        return api
 
     def _sample(self, name: str, s: dict[str, Any], now: float) -> NodeResources | None:
         mem = s.get("memory_stats") or {}

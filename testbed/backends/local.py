@@ -97,6 +97,8 @@ class LocalBackend(Backend):
     #: ``oversubscribe``: the fleet was started although the capacity check said it would
     #: not fit (``testbed run --oversubscribe``; the CLI checks, the run records it).
     options: ClassVar[frozenset[str]] = frozenset({"warm", "oversubscribe"})
+    #: Where host-side links (proxy, mmwave) listen: the address nodes dial.
+    listen_host: str = "127.0.0.1"
 
     def __init__(
         self, plan: Plan, run_dir: Path, warm: bool = True, oversubscribe: bool = False
@@ -314,6 +316,7 @@ class LocalBackend(Backend):
                 server_port=int(self.superlink_port or 0),
                 server_netns=self.netns,
                 run_tag=self._run_tag,
+                listen_host=self.listen_host,
             )
             kind = link_kind(node.uplink.kind_in(mode))
             link = kind.build(node.name, node.uplink.params(), ends, **node.uplink.link_options())
@@ -375,7 +378,7 @@ class LocalBackend(Backend):
         """``host:port`` node ``name`` dials: through its link when it has one."""
         port = int(self.superlink_port or 0)
         link = self._links.get(name)
-        return link.connect_address(port) if link is not None else f"127.0.0.1:{port}"
+        return link.connect_address(port) if link is not None else f"{self.listen_host}:{port}"
 
     def control_path(self, name: str) -> Path:
         return (self.run_dir / "nodes" / name / "control.json").resolve()

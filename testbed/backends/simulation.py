@@ -253,8 +253,11 @@ class SimulationBackend(Backend):
             "no traffic is shaped",
             "ray": f"cluster at {address}" if address else f"local, {cpus} CPUs",
         }
+        ignored = self.ignored(self.plan.experiment)
         if address and sim.num_cpus is not None:
-            info["ignored"] = f"simulation.num_cpus: {sim.num_cpus} (sizes a local Ray only)"
+            ignored.append(f"simulation.num_cpus: {sim.num_cpus} (sizes a local Ray only)")
+        if ignored:
+            info["ignored"] = "; ".join(ignored)
         return info
 
     @property

@@ -70,6 +70,9 @@ class LinkEnds:
         Short run id (``[a-z0-9]``, at most 8 characters) for kinds that create
         host-wide objects: netem names its namespaces ``ct-<run_tag>n<index>-*``
         (without a tag, after the node).
+    listen_host
+        Host-side kinds (proxy, mmwave): the address their relay listens on, which the
+        node dials (swarm: an address the other engines reach).
     """
 
     index: int
@@ -78,6 +81,7 @@ class LinkEnds:
     server_port: int = 0
     server_netns: str | None = None
     run_tag: str = ""
+    listen_host: str = "127.0.0.1"
 
 
 class LinkKind(ABC):
@@ -163,7 +167,14 @@ class Proxy(LinkKind):
     def build(self, node_name: str, params: LinkParams, ends: LinkEnds, **options: Any) -> Link:
         from testbed.emulation.proxy import ShapingProxy
 
-        return ShapingProxy(node_name, ends.server_host, ends.server_port, params, seed=ends.seed)
+        return ShapingProxy(
+            node_name,
+            ends.server_host,
+            ends.server_port,
+            params,
+            listen_host=ends.listen_host,
+            seed=ends.seed,
+        )
 
     def price(self, schedule: LinkSchedule, **options: Any) -> LinkSchedule:
         return as_planned(schedule)
@@ -218,7 +229,13 @@ class Mmwave(LinkKind):
 
         spec = radio or DEFAULT_MMWAVE
         return MmwaveLink(
-            node_name, ends.server_host, ends.server_port, params, spec, seed=ends.seed
+            node_name,
+            ends.server_host,
+            ends.server_port,
+            params,
+            spec,
+            seed=ends.seed,
+            listen_host=ends.listen_host,
         )
 
     def build_in_container(

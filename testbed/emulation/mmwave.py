@@ -3,8 +3,9 @@
 An :class:`MmwaveLink` is a :class:`~testbed.emulation.proxy.ShapingProxy` whose
 bandwidth is not a number from the YAML but the goodput of a Sionna channel
 (:class:`radio.link_model.RadioLinkModel`): a radio thread computes one window
-(``update_s``) at a time, from channel realisations one coherence time apart, and
-applies its rate live through ``set_params``, as a schedule would. A window in which
+(``update_s``) at a time, over ``ceil(update_s / max(T_c, slot))`` blocks whose
+number follows the UE's speed (the model's docstring), and applies its rate live
+through ``set_params``, as a schedule would. A window in which
 every block failed partitions the link (blackhole: bytes wait, connections stay) until a
 window succeeds again. Latency, jitter and loss still come from the YAML (and its
 ``schedule``); a radio ``schedule`` (SNR, distance, UE speed over time) is played from
@@ -38,7 +39,7 @@ class MmwaveLink(ShapingProxy):
 
     Parameters
     ----------
-    name, target_host, target_port, params, seed
+    name, target_host, target_port, params, seed, listen_host
         As :class:`~testbed.emulation.proxy.ShapingProxy` (``params.bandwidth_mbps`` is
         replaced by the radio's rate).
     radio
@@ -53,6 +54,7 @@ class MmwaveLink(ShapingProxy):
         params: LinkParams,
         radio: MmwaveLinkSpec,
         seed: int = 0,
+        listen_host: str = "127.0.0.1",
     ) -> None:
         from radio.link_model import RadioLinkModel
 
@@ -68,7 +70,9 @@ class MmwaveLink(ShapingProxy):
         self._cap_mbps: float | None = None  # a degrade fault's bandwidth (a ceiling)
         first = self.model.window(self.model.state)
         self._rate_mbps = first.rate_mbps
-        super().__init__(name, target_host, target_port, self._shaped(params), seed=seed)
+        super().__init__(
+            name, target_host, target_port, self._shaped(params), listen_host, seed=seed
+        )
         self._note(first, 0.0)
 
     # -- the radio drives the bandwidth ----------------------------------------------------

@@ -40,6 +40,7 @@ Tier = Literal["edge", "fog", "cloud", "space"]
 TIERS: tuple[str, ...] = ("edge", "fog", "cloud", "space")
 RADIO_TIERS: tuple[str, ...] = ("edge",)  # tiers whose nodes have a radio (mmwave UE)
 NODE_ID = re.compile(r"^[a-z][a-z0-9-]*$")
+PLACEMENT_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")  # a swarm node label
 MAX_FLEET_NODES = 2_000_000  # nodes of one fleet, replicas included (a million virtual
 #                               clients and more fit the simulation backend: docs/simulation.md)
 MAX_SEED = 2**32 - 1  # numpy and torch accept every seed up to here (+ repetitions)
@@ -177,6 +178,28 @@ class NodeSpec(Frozen):
         default_factory=dict,
         description="replicas draw their profile from these weights (seeded); replaces profile",
     )
+    placement: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "--backend swarm: where its containers run, every key must match: "
+            "hostname, node (a swarm node id), role (manager|worker), or an engine "
+            "label (tier: edge)"
+        ),
+    )
+
+    @field_validator("placement")
+    @classmethod
+    def _placement(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not PLACEMENT_KEY.match(key):
+                raise ValueError(
+                    f"placement key {key!r}: letters, digits, '.', '_' and '-' only"
+                )
+            if not value or any(c.isspace() for c in value) or "=" in value:
+                raise ValueError(f"placement.{key}: {value!r} must be one word (no '=')")
+            if key == "role" and value not in ("manager", "worker"):
+                raise ValueError(f"placement.role: {value!r} must be manager or worker")
+        return v
 
     @field_validator("profile_mix")
     @classmethod

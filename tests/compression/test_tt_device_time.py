@@ -10,9 +10,12 @@ from __future__ import annotations
 import time
 
 import pytest
+import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
-from nodes.compression.device_time import TT_METRICS, lapack_flops
+from nodes.compression.device_time import TT_METRICS, encode_on_device, lapack_flops
+from nodes.compression.svd import SvdStats
+from nodes.compression.tt import TTTensor, tt_svd
 from nodes.fl import task
 from nodes.fl.config import FLSpec
 from tests.fl.federation import LoopbackGrid
@@ -25,6 +28,11 @@ from tests.fl.federation import LoopbackGrid
 SLOW = 0.02
 STRETCH_TOL = 0.25  # relative: device time vs measured time / speed factor
 STRETCH_ABS_S = 0.02  # absolute slack of sleep()
+#: Seconds the encoding thread spends off the CPU (a sleep, standing in for this host's
+#: cores held by other processes): wall time that is not the encode's work.
+OFF_CPU_S = 0.4
+#: Speed factor of the encode-only check: CPU time / speed stays far below wall / speed.
+ENCODE_SPEED = 0.1
 
 
 def _train_replies(backend: str) -> list[dict[str, float]]:
@@ -80,6 +88,35 @@ def test_tt_svd_time_is_stretched_into_the_device_time(backend: str) -> None:
     assert fast["tt-device-s"] == pytest.approx(fast["tt-encode-s"], abs=STRETCH_ABS_S), fast
     # the same model and update: the same SVDs, so the same modelled engine time
     assert slow["tt-engine-modelled-s"] == pytest.approx(fast["tt-engine-modelled-s"], rel=0.5)
+
+
+def test_tt_device_time_stretches_cpu_time_not_wall_time() -> None:
+    """The encode's device time is its CPU time stretched, as training's
+    (nodes/fl/client_app.py: ``stretch(real_s, ..., cpu_s=thread_time)``): wall time the
+    encoding thread spends off the CPU, e.g. while other processes hold this host's
+    cores, is not multiplied by the profile's factor. Stretching the wall time instead
+    would count OFF_CPU_S / ENCODE_SPEED (4 s) of device time."""
+    gen = torch.Generator().manual_seed(0)
+    weights = torch.randn(64, 64, 64, generator=gen)
+
+    def encode(stats: SvdStats) -> TTTensor:
+        time.sleep(OFF_CPU_S)  # off the CPU: wall time, no work
+        out = tt_svd(weights, eps=0.3, backend="lapack", stats=stats)
+        busy = time.thread_time() + 0.05  # and some more work on the CPU
+        while time.thread_time() < busy:
+            pass
+        return out
+
+    t0 = time.perf_counter()
+    _, m = encode_on_device(encode, "lapack", "riscv-edge-ttd", ENCODE_SPEED)
+    waited = time.perf_counter() - t0
+    cpu, wall, device = m["tt-encode-cpu-s"], m["tt-encode-s"], m["tt-device-s"]
+    assert cpu < wall - OFF_CPU_S + STRETCH_ABS_S, m  # the sleep is wall, not CPU time
+    # the device time is the CPU time stretched (never below the wall: no faster device)
+    assert device == pytest.approx(max(wall, cpu / ENCODE_SPEED), abs=1e-9), m
+    assert device < wall / ENCODE_SPEED - OFF_CPU_S, m  # not the wall time stretched
+    assert waited >= device - STRETCH_ABS_S, (waited, m)  # and the node really waited
+    assert m["tt-svd-s"] > 0 and m["tt-engine-modelled-s"] > 0, m
 
 
 def test_lapack_flops_are_golub_reinsch_counts() -> None:

@@ -50,9 +50,9 @@ def labelled_containers(client: docker.DockerClient) -> list[str]:
     return [c.name or "?" for c in client.containers.list(all=True, filters={"label": RUN_LABEL})]
 
 
-def docker_run(spec: Path, out: Path) -> subprocess.Popen[str]:
+def docker_run(spec: Path, out: Path, backend: str = "docker") -> subprocess.Popen[str]:
     """``testbed run SPEC --backend docker --out OUT`` as a user starts it (stderr piped)."""
-    cmd = [sys.executable, "-m", "testbed", "run", str(spec), "--backend", "docker"]
+    cmd = [sys.executable, "-m", "testbed", "run", str(spec), "--backend", backend]
     return subprocess.Popen(
         [*cmd, "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )

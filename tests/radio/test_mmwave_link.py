@@ -7,6 +7,7 @@ TR 38.901 channel realisations (CPU). Tolerances are named constants.
 from __future__ import annotations
 
 import dataclasses
+import math
 import socket
 import statistics
 import threading
@@ -30,8 +31,15 @@ BLER_TOL = 0.06
 PAYLOAD_BYTES = 400_000
 #: A slower UE's windows average fewer independent channel blocks (its coherence time is
 #: longer), so its window rate must spread at least this much more across windows
-#: (measured: std 1.37 vs 0.74 Mbit/s at 0.5 vs 3 m/s, 11 vs 32 blocks; ~sqrt(32/11)).
+#: (measured 2026-11-28: std 1.25 vs 0.59 Mbit/s at 0.5 vs 3 m/s, 12 vs 67 blocks).
 SPREAD_RATIO = 1.3
+#: At equal mean SNR, the window rate's variance at 3 m/s over that at 30 m/s must exceed
+#: this (133 vs 1,325 blocks per 0.2 s window: ~10x by p(1-p)/N; measured 2026-11-28:
+#: std 3.27 vs 1.01 Mbit/s, variance ratio 10.5, 64 windows of 8 RBs at 20 dB, seed 0).
+VARIANCE_RATIO = 3.0
+#: Relative difference allowed between the two speeds' mean window rates (equal SNR:
+#: the same link adaptation, so the same mean goodput; finite windows).
+MEAN_RATE_TOL = 0.05
 
 
 def _radio(snr_db: float, **kw: object) -> MmwaveLinkSpec:
@@ -122,6 +130,43 @@ def test_bler_follows_the_link_adaptation_target_and_speed_changes_the_link() ->
         assert any(0 < w.bler < 1 for w in ws), [w.bler for w in ws]
     spread = [statistics.stdev(w.rate_mbps for w in ws) for ws in (walk, drive)]
     assert spread[0] > SPREAD_RATIO * spread[1], spread
+
+
+def test_slow_ue_rate_varies_more_across_windows_than_fast_at_equal_snr() -> None:
+    """A window of fixed duration spans ceil(update_s / T_c) coherence times: 133 at
+    3 m/s, 1,325 at 30 m/s (28 GHz, 0.2 s). The slow UE's few independent realisations
+    make its window rate and BLER vary more from window to window; the fast UE's many
+    average out. Same SNR, same seed, so the same link adaptation and mean rate."""
+    stats = {}
+    for speed in (3.0, 30.0):
+        spec = _radio(20.0, speed_mps=speed, num_resource_blocks=8, update_s=0.2)
+        model = RadioLinkModel(spec, seed=0)
+        wins = [model.window(model.state) for _ in range(48)]
+        tc = model.coherence_time_s(speed)
+        assert {w.blocks for w in wins} == {math.ceil(spec.update_s / tc)}, (speed, tc)
+        assert {w.sionna_blocks for w in wins} == {32}
+        rates = [w.rate_mbps for w in wins]
+        stats[speed] = (
+            statistics.mean(rates), statistics.variance(rates),
+            statistics.variance(w.bler for w in wins), statistics.mean(w.bler for w in wins),
+        )
+    (slow_mean, slow_var, slow_bler_var, slow_bler), (fast_mean, fast_var, fast_bler_var,
+                                                      fast_bler) = stats[3.0], stats[30.0]
+    assert abs(slow_mean / fast_mean - 1) < MEAN_RATE_TOL, stats
+    assert slow_var > VARIANCE_RATIO * fast_var, stats
+    assert slow_bler_var > VARIANCE_RATIO * fast_bler_var, stats
+    for bler in (slow_bler, fast_bler):  # both at the link adaptation's target
+        assert abs(bler - 0.1) < BLER_TOL, stats
+
+
+def test_block_count_follows_coherence_time_up_to_one_block_per_slot() -> None:
+    model = RadioLinkModel(_radio(10.0, update_s=0.2))  # 120 kHz: 0.125 ms slots
+    slot = model.numerology.slot_duration_s
+    assert model.blocks_per_window(3.0) == math.ceil(0.2 / model.coherence_time_s(3.0))
+    assert model.blocks_per_window(300.0) == model.max_blocks_per_window == round(0.2 / slot)
+    assert model.blocks_per_window(0.0) == 1  # static: one tracked realisation
+    rec = model.record()
+    assert rec["max_blocks_per_window"] == 1600 and rec["sionna_blocks_per_window"] == 32
 
 
 def test_static_ue_tracks_its_channel_without_block_errors() -> None:

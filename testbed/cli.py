@@ -115,7 +115,9 @@ def validate(
 @app.command()
 def run(
     file: Path,
-    backend: Annotated[str, typer.Option(help="local, docker, swarm, compose, simulation")] = "local",
+    backend: Annotated[
+        str, typer.Option(help="local, docker, swarm, compose, simulation")
+    ] = "local",
     out: OutOpt = Path("runs"),
     set_: SetOpt = None,
     cold: Annotated[

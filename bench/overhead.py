@@ -18,7 +18,6 @@ per round, and peak RSS and PSS per client node (whole process tree, from
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -101,7 +100,7 @@ def _flwr_run(procs: ProcGroup, plan: Any, spec: Any, port: int, work: Path) -> 
             {
                 "fl-spec": spec.model_dump_json(),
                 "seed": plan.seed,
-                "node-names": json.dumps(plan.client_names()),
+                "node-names": plan.client_names_json(),
                 "telemetry-path": str(work / "telemetry.jsonl"),
                 "artifact-dir": "",
             }
@@ -200,7 +199,7 @@ def main() -> None:
             else:
                 cols[f"testbed {timing}"] = testbed_run(exp, Path(d) / timing)
     order = ["bare Flower", "testbed flower", "testbed fast"]
-    report(plan.client_names(), {k: cols[k] for k in order})
+    report(list(plan.client_names()), {k: cols[k] for k in order})
 
 
 if __name__ == "__main__":

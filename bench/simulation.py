@@ -13,6 +13,8 @@
 
     python bench/simulation.py [--rounds 3] [--same-clients 100] [--scale 1000,10000]
     python bench/simulation.py --clients 10000 --sample 100 [--rounds 4]   # one case
+    python bench/simulation.py --virtual 10000,100000,1000000 [--rounds 3] [--bare-max N]
+                                       # virtual clients, 1,000 sampled (docs/simulation.md)
     python bench/simulation.py --calibration [--timing flower|fast]
         [--variants local,simulation,grid] [--keep DIR] [--spec protocol|links|latency]
                                                        # docs/results/calibration.md
@@ -157,6 +159,7 @@ def ours(text: str, work: Path) -> dict[str, Any]:
         "tree_peak_mb": mem.peak_mb,
         "tree_procs": mem.peak_procs,
         "acc": res.summary.get("final_global_acc"),
+        "artifact_dir": str(res.artifact_dir),
     }
 
 
@@ -170,7 +173,7 @@ def bare(text: str, work: Path) -> dict[str, Any]:
     run_config = {
         "fl-spec": exp.workload.fl.model_dump_json(),
         "seed": plan.seed,
-        "node-names": json.dumps(plan.client_names()),
+        "node-names": plan.client_names_json(),
         "telemetry-path": str(tel),
         "artifact-dir": "",
         "resume": 0,
@@ -386,6 +389,88 @@ def scale_case(clients: int, sample: int, rounds: int, work: Path) -> None:
     )
 
 
+#: The virtual-client scale spec (issue 30's acceptance: rpi5 phones, two synthetic
+#: samples per client, mlp, 1,000 sampled per round: 0.1 % of a million);
+#: ``{clients}``, ``{samples}``, ``{fraction}``, ``{rounds}``.
+VIRTUAL = """\
+name: virtual-{clients}
+fleet:
+  nodes:
+    - {{id: cloud, tier: cloud}}
+    - {{id: phone, tier: edge, profile: rpi5, count: {clients}}}
+workload:
+  fl:
+    dataset: {{name: synthetic, num_samples: {samples}}}
+    model: {{name: mlp}}
+    strategy:
+      name: fedavg
+      params: {{fraction_train: {fraction}, fraction_evaluate: {fraction}}}
+    rounds: {rounds}
+"""
+
+
+def _events(telemetry: Path, *names: str) -> list[tuple[str, int | None, float]]:
+    """(name, round, time) of the ServerApp's events named ``names``, in order."""
+    out = []
+    for r in map(json.loads, telemetry.read_text().splitlines()):
+        if r.get("kind") == "event" and r.get("name") in names:
+            out.append((str(r["name"]), r.get("round"), float(r["t"])))
+    return out
+
+
+def startup(t0: float, telemetry: Path) -> dict[str, float]:
+    """Start-up of a run begun at ``t0`` (epoch s): until round 1 starts, plus round 1's
+    excess over the later rounds' median (Ray and its workers starting, the workers'
+    first data load: the Simulation Engine starts them beside the first round).
+    Round times are the gaps between ``round_start`` and ``round_end`` of each round."""
+    ev = _events(telemetry, "round_start", "round_end")
+    starts = {r: t for n, r, t in ev if n == "round_start" and r is not None}
+    ends = {r: t for n, r, t in ev if n == "round_end" and r is not None}
+    rounds = {r: ends[r] - starts[r] for r in sorted(ends) if r in starts}
+    later = [v for r, v in rounds.items() if r > 1]
+    steady = statistics.median(later) if later else float("nan")
+    first = starts.get(1, float("nan")) - t0
+    excess = max(0.0, rounds.get(1, float("nan")) - steady) if later else 0.0
+    return {
+        "to_round1_s": first,
+        "round1_s": rounds.get(1, float("nan")),
+        "round_s": steady,
+        "startup_s": first + excess,
+    }
+
+
+def virtual_case(clients: int, rounds: int, work: Path, bare_too: bool) -> None:
+    """``clients`` registered, 1,000 sampled per round (:data:`VIRTUAL`): ours, and bare
+    Flower's Simulation Engine on the same apps and settings when ``bare_too``. Prints
+    start-up, round time and the whole tree's peak memory."""
+    frac = min(1.0, 1000 / clients)
+    text = VIRTUAL.format(clients=clients, rounds=rounds, samples=2 * clients, fraction=frac)
+    t0 = time.time()
+    r = ours(text, work / f"virtual-{clients}")
+    s = startup(t0, Path(r["artifact_dir"]) / "telemetry.jsonl")
+    print(
+        f"ours, {clients} registered / {round(clients * frac)} sampled: {r['status']}, "
+        f"start-up {s['startup_s']:.1f} s (round 1 starts at {s['to_round1_s']:.1f} s, "
+        f"round 1 {s['round1_s']:.2f} s), round {s['round_s']:.2f} s, wall "
+        f"{r['wall_s']:.1f} s, peak memory of the whole tree {r['tree_peak_mb']:.0f} MB "
+        f"({r['tree_procs']} processes)",
+        flush=True,
+    )
+    if not bare_too:
+        return
+    t0 = time.time()
+    with TreeMemory() as mem:
+        b = bare(text, work / f"bare-{clients}")
+    s = startup(t0, work / f"bare-{clients}" / "telemetry.jsonl")
+    print(
+        f"bare Flower, {clients} registered: start-up {s['startup_s']:.1f} s (round 1 "
+        f"starts at {s['to_round1_s']:.1f} s, round 1 {s['round1_s']:.2f} s), round "
+        f"{s['round_s']:.2f} s, wall {b['wall_s']:.1f} s, peak memory of the whole tree "
+        f"{mem.peak_mb:.0f} MB",
+        flush=True,
+    )
+
+
 def same_app(n: int, rounds: int, work: Path) -> None:
     """Bare Flower vs ours, the same app and clients: print the ratio."""
     text = spec_text(n, rounds + 1, 1.0, dataset_for(n))
@@ -407,6 +492,14 @@ def main() -> None:
     ap.add_argument("--scale", default="1000,10000", help="client counts (>1000: 100 sampled)")
     ap.add_argument("--clients", type=int, help="only this case: clients registered ...")
     ap.add_argument("--sample", type=int, default=100, help="... and sampled per round")
+    ap.add_argument(
+        "--virtual",
+        metavar="N,N,...",
+        help="only virtual-client scale: N registered, 1,000 sampled (issue 30's spec)",
+    )
+    ap.add_argument(
+        "--bare-max", type=int, default=0, help="--virtual: bare Flower too, up to this N"
+    )
     ap.add_argument("--calibration", action="store_true", help="only the calibration table")
     ap.add_argument("--timing", default="flower", help="calibration: workload.fl.protocol_timing")
     ap.add_argument(
@@ -434,7 +527,10 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
         work = Path(tmp)
-        if args.latency_sweep:
+        if args.virtual:
+            for n in (int(x) for x in args.virtual.split(",") if x):
+                virtual_case(n, args.rounds, work, n <= args.bare_max)
+        elif args.latency_sweep:
             lats = [float(x) for x in args.latency_sweep.split(",")]
             print(latency_sweep(args.keep or work, args.timing, args.mbps, lats))
         elif args.calibration:

@@ -17,7 +17,8 @@ import heapq
 import itertools
 import json
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Container
 from typing import Any
 
 import numpy as np
@@ -216,7 +217,16 @@ def finalize_statuses(store: RunStore, run_id: str, plan: Plan, rounds: int) -> 
     ends early has rows only for what happened (docs/faults.md).
 
     ``rounds`` is the planned count; rounds past it are not looked at.
+
+    A fleet of more than :data:`ROWS_PER_CLIENT_MAX` clients (a simulation's virtual
+    clients) gets no ``excluded`` row for a client that was merely not sampled: per
+    round and (tier/profile) group, the count of such clients is one ``not_sampled``
+    metric (``node`` = ``tier/profile``), and an event ``statuses_grouped`` says so. A
+    client observed down (a ``node_down`` event) still gets its ``excluded`` row.
     """
+    if plan.num_clients > ROWS_PER_CLIENT_MAX:
+        _finalize_grouped(store, run_id, plan, rounds)
+        return
     names = set(plan.client_names())
     events = store.events(run_id)
     ids = {
@@ -240,12 +250,81 @@ def finalize_statuses(store: RunStore, run_id: str, plan: Plan, rounds: int) -> 
                 store.set_status(run_id, r, n, "excluded", reason)
 
 
-def _rename_rows(store: RunStore, run_id: str, names: set[str], ids: dict[Any, str]) -> None:
+#: Above this many client nodes, clients that were not sampled in a round are counted
+#: per group instead of getting a row each (:func:`finalize_statuses`).
+ROWS_PER_CLIENT_MAX = 10_000
+
+
+def _finalize_grouped(store: RunStore, run_id: str, plan: Plan, rounds: int) -> None:
+    """:func:`finalize_statuses` of a large fleet: rows renamed, ``excluded`` rows for
+    clients observed down, ``not_sampled`` counts per round and group."""
+    names = plan.client_names()
+    clients = plan.clients
+    find = getattr(names, "find", None)
+    pid_of: Callable[[str], int | None] = (
+        find if find is not None else {n: i for i, n in enumerate(names)}.get
+    )
+    events = store.events(run_id)
+    ids = {
+        ev.data_dict.get("node_id"): ev.node
+        for ev in events
+        if ev.kind == "node_identified" and ev.node is not None
+    }
+    ended = {int(ev.round) for ev in events if ev.kind == "round_end" and ev.round is not None}
+    _rename_rows(store, run_id, names, ids)
+    rows: dict[int, set[str]] = {}
+    for st in store.round_status(run_id):
+        rows.setdefault(st.round, set()).add(st.node)
+    downs = [ev for ev in events if ev.kind == "node_down" and ev.round is not None]
+    totals = {f"{t}/{p}": k for (t, p), k in plan.client_counts().items()}
+    label: dict[str, str] = {}
+
+    def group(name: str) -> str | None:
+        if name not in label:
+            pid = pid_of(name)
+            if pid is None:
+                return None
+            node = clients[pid]
+            label[name] = f"{node.tier}/{node.profile_name}"
+        return label[name]
+
+    for r in sorted(x for x in ended if 1 <= x <= rounds):
+        have = rows.setdefault(r, set())
+        for n, reason in sorted(_down_before(downs, r).items()):
+            if n not in have and pid_of(n) is not None:
+                store.set_status(run_id, r, n, "excluded", f"not sampled: {reason}")
+                have.add(n)
+        seen = Counter(g for g in map(group, have) if g is not None)
+        for g, total in sorted(totals.items()):
+            store.add_metric(run_id, "not_sampled", total - seen.get(g, 0), round=r, node=g)
+    store.add_event(
+        run_id,
+        "statuses_grouped",
+        clients=plan.num_clients,
+        limit=ROWS_PER_CLIENT_MAX,
+        why=f"over {ROWS_PER_CLIENT_MAX} clients: clients not sampled in a round are "
+        "counted per tier/profile (metric not_sampled), not given a row each",
+    )
+
+
+def _down_before(downs: list[Any], r: int) -> dict[str, str]:
+    """Node -> the reason of its last ``node_down`` event up to round ``r``."""
+    why: dict[str, str] = {}
+    for ev in downs:  # (in order: the last reason wins)
+        if ev.node is not None and ev.round is not None and ev.round <= r:
+            why[ev.node] = str(ev.data_dict.get("reason", "down"))
+    return why
+
+
+def _rename_rows(
+    store: RunStore, run_id: str, names: Container[str], ids: dict[Any, str]
+) -> None:
     """Move rows recorded under ``node-<flower id>`` to the node's name (a status row
     already under the name for that round wins; metrics move as they are); rows of
     unidentified ids stay as they are."""
+    by_id = store.metric_nodes(run_id, "node-")  # (one look, not a scan per node id)
     for fid, node in ids.items():  # metrics of the id too (bytes_lost of a silent node)
-        if node in names and fid is not None:
+        if node in names and fid is not None and f"node-{fid}" in by_id:
             store.rename_metric_node(run_id, f"node-{fid}", node)
     rows = store.round_status(run_id, with_ts=True)
     seen = {(row.round, row.node) for row in rows if row.node in names}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,12 @@ from testbed.workload_tables import SHOWN, workload_tables
 GROUP_OVER = 24
 #: At most this many nodes with a failure are listed under the groups.
 FAILED_ROWS = 20
+#: A fleet of more clients than this is followed live by group counts: a node gets a
+#: row of its own state once a record names it (a simulation's million virtual clients);
+#: a round's start cannot mark them training (which are sampled is not known here).
+LIVE_NODES_MAX = 1000
+#: The live table is rebuilt at most this often, seconds (Live redraws 4 times a second).
+REDRAW_S = 0.25
 
 STATE_STYLE = {
     "completed": "green",
@@ -57,7 +64,12 @@ class ConsoleObserver:
         self.task: TaskID | None = None
         self.live: Live | None = None
         self.nodes: dict[str, dict[str, Any]] = {}
+        #: a large fleet: client nodes per (tier, profile); ``nodes`` then holds only
+        #: the nodes a record named (the others are counted as waiting)
+        self.group_sizes: dict[tuple[str, str], int] = {}
+        self._node_pid: Callable[[str], int | None] | None = None
         self.plan: Plan | None = None
+        self._drawn = 0.0  # when the live table was last rebuilt (monotonic s)
         self.virtual = False  # the fleet's clock is virtual (simulation backend)
         self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
             "progress": self._progress,
@@ -68,7 +80,7 @@ class ConsoleObserver:
 
     def _table(self) -> Table:
         title = "nodes (virtual clock)" if self.virtual else "nodes"
-        if len(self.nodes) > GROUP_OVER:
+        if self.group_sizes or len(self.nodes) > GROUP_OVER:
             return self._group_table(title)
         t = Table(title=title, expand=False, show_edge=False)
         for col in ("node", "tier", "profile", "state", "round", "train loss", "local acc"):
@@ -92,7 +104,12 @@ class ConsoleObserver:
         for st in self.nodes.values():
             group = groups.setdefault((st["tier"], st["profile"]), Counter())
             group[st.get("state", "waiting")] += 1
-        t = Table(title=f"{title}: {len(self.nodes)}, by tier and profile", show_edge=False)
+        for key, size in self.group_sizes.items():  # (nodes no record named yet)
+            group = groups.setdefault(key, Counter())
+            if size > sum(group.values()):
+                group["waiting"] += size - sum(group.values())
+        total = sum(self.group_sizes.values()) or len(self.nodes)
+        t = Table(title=f"{title}: {total}, by tier and profile", show_edge=False)
         for col in ("tier", "profile", "nodes", "states"):
             t.add_column(col)
         for (tier, profile), states in sorted(groups.items()):
@@ -103,7 +120,9 @@ class ConsoleObserver:
         return t
 
     def _render(self) -> RenderableType:
-        return Group(self.progress, self._table()) if self.nodes else self.progress
+        if self.nodes or self.group_sizes:
+            return Group(self.progress, self._table())
+        return self.progress
 
     def started(self, run_id: str, plan: Plan) -> None:
         self.plan = plan
@@ -111,14 +130,21 @@ class ConsoleObserver:
         total = fl.rounds if fl else 100
         desc = f"{self.label}[bold]{plan.name}[/] {'rounds' if fl else 'progress'}"
         self.task = self.progress.add_task(desc, total=total, info="starting fleet")
-        self.nodes = (
-            {
-                n.name: {"tier": n.tier, "profile": n.profile_name, "state": "starting"}
-                for n in plan.clients
-            }
-            if fl
-            else {}
-        )
+        if fl and plan.num_clients > LIVE_NODES_MAX:  # (counted by group, not one by one)
+            self.group_sizes = plan.client_counts()
+            names = plan.client_names()
+            find = getattr(names, "find", None)
+            self._node_pid = find if find is not None else {n: i for i, n in enumerate(names)}.get
+            self.nodes = {}
+        else:
+            self.nodes = (
+                {
+                    n.name: {"tier": n.tier, "profile": n.profile_name, "state": "starting"}
+                    for n in plan.clients
+                }
+                if fl
+                else {}
+            )
         self.console.print(f"run [bold]{run_id}[/]")
         # transient: once the run ends, the live view gives way to the summary, which
         # shows every node's recorded statuses (the live view only guesses them)
@@ -130,7 +156,9 @@ class ConsoleObserver:
         handler = self._handlers.get(str(rec.get("kind")))
         if handler is not None:
             handler(rec)
-        if self.live:
+        now = time.monotonic()
+        if self.live and now - self._drawn >= REDRAW_S:  # (a table per record: O(records x nodes))
+            self._drawn = now
             self.live.update(self._render())
 
     def _progress(self, rec: dict[str, Any]) -> None:
@@ -139,9 +167,11 @@ class ConsoleObserver:
     def _event(self, rec: dict[str, Any]) -> None:
         if rec.get("name") == "round_start":
             self._update(info=f"round {rec['round']} training")
+            # (a large fleet's sampled nodes are not known here: they show as they reply)
+            state = "waiting" if self.group_sizes else "training"
             for s in self.nodes.values():
                 if s.get("state") != "failed":  # a node that failed shows it until it replies
-                    s["state"], s["round"] = "training", rec["round"]
+                    s["state"], s["round"] = state, rec["round"]
         elif rec.get("name") == "round_end":
             self._update(completed=rec["round"], info=f"round {rec['round']} done")
         elif rec.get("name") == "fleet_ready" and rec.get("clock") == "virtual":
@@ -156,9 +186,22 @@ class ConsoleObserver:
                 highlight=False,
             )
 
+    def _known(self, node: Any) -> bool:
+        """Whether ``node`` is a client shown (a large fleet's: added on first record)."""
+        if node in self.nodes:
+            return True
+        if self._node_pid is None or self.plan is None or not isinstance(node, str):
+            return False
+        pid = self._node_pid(node)
+        if pid is None:
+            return False
+        n = self.plan.clients[pid]
+        self.nodes[node] = {"tier": n.tier, "profile": n.profile_name, "state": "waiting"}
+        return True
+
     def _metric(self, rec: dict[str, Any]) -> None:
         name, node = rec.get("name"), rec.get("node")
-        if node in self.nodes:
+        if isinstance(node, str) and self._known(node):
             if name in ("train_loss", "eval_acc"):
                 self.nodes[node][name] = rec["value"]
         elif name == "global_acc" and rec.get("round"):
@@ -167,7 +210,7 @@ class ConsoleObserver:
             self._update(info=f"round {rec['round']} done, virtual t {rec['value']:.1f} s")
 
     def _status(self, rec: dict[str, Any]) -> None:
-        if rec.get("node") in self.nodes:
+        if self._known(rec.get("node")):
             self.nodes[rec["node"]]["state"] = rec["status"]
 
     def _update(self, **fields: Any) -> None:
@@ -332,7 +375,9 @@ def _node_table(s: dict[str, Any]) -> Table | None:
     statuses: dict[str, dict[Any, str]] = s["node_status"]
     groups: dict[str, str] = s.get("node_groups") or {}
     if groups:
-        return _grouped_node_table(statuses, groups)
+        return _grouped_node_table(
+            statuses, groups, s.get("group_nodes") or {}, s.get("not_sampled") or {}
+        )
     peak = s.get("peak_rss_mb") or {}
     t = Table(title="nodes")
     for col in ("node", "completed", "failed", "other", "peak RSS MB"):
@@ -347,15 +392,31 @@ def _node_table(s: dict[str, Any]) -> Table | None:
     return t
 
 
-def _grouped_node_table(statuses: dict[str, dict[Any, str]], groups: dict[str, str]) -> Table:
-    """Per group: nodes and their rounds completed, failed, other; then failed nodes."""
+def _grouped_node_table(
+    statuses: dict[str, dict[Any, str]],
+    groups: dict[str, str],
+    sizes: dict[str, int] | None = None,
+    not_sampled: dict[str, int] | None = None,
+) -> Table:
+    """Per group: nodes and their rounds completed, failed, other; then failed nodes.
+
+    ``sizes``: client nodes per group in the whole fleet (a fleet whose statuses cover
+    only the sampled nodes); ``not_sampled``: (round, node) pairs per group that were
+    not sampled and have no row (counted under ``other``)."""
     total: dict[str, list[int]] = {}
     for node, rounds in statuses.items():
         row = total.setdefault(groups.get(node, "other"), [0, 0, 0, 0])
         row[0] += 1
         for i, n in enumerate(_counts(rounds)):
             row[i + 1] += n
-    t = Table(title=f"nodes: {len(statuses)}, by tier/profile (rounds per status)")
+    for group, k in (sizes or {}).items():
+        total.setdefault(group, [0, 0, 0, 0])[0] = k
+    for group, k in (not_sampled or {}).items():
+        total.setdefault(group, [0, 0, 0, 0])[3] += k
+    n_nodes = sum(sizes.values()) if sizes else len(statuses)
+    t = Table(title=f"nodes: {n_nodes}, by tier/profile (rounds per status)")
+    if not_sampled:
+        t.caption = "other: includes the rounds a node was not sampled in (counted per group)"
     for col in ("tier/profile", "nodes", "completed", "failed", "other"):
         t.add_column(col, justify="right")
     for group, row in sorted(total.items()):

@@ -305,6 +305,14 @@ class RunStore:
             "DELETE FROM round_status WHERE run_id=? AND round=? AND node=?", (run_id, round, node)
         )
 
+    def metric_nodes(self, run_id: str, prefix: str = "") -> set[str]:
+        """The distinct ``node`` values of the run's metrics that start with ``prefix``."""
+        rows = self._db.execute(
+            "SELECT DISTINCT node FROM metrics WHERE run_id=? AND substr(node, 1, ?) = ?",
+            (run_id, len(prefix), prefix),
+        ).fetchall()
+        return {str(r[0]) for r in rows}
+
     def rename_metric_node(self, run_id: str, old: str, new: str) -> None:
         """Metrics recorded under node ``old`` (a Flower id) belong to node ``new``."""
         self._db.execute("UPDATE metrics SET node=? WHERE run_id=? AND node=?", (new, run_id, old))

@@ -201,6 +201,36 @@ def test_a_large_fleet_is_shown_by_group_then_its_failed_nodes() -> None:
     assert len(lines) < 15
 
 
+def test_a_virtual_fleet_is_counted_by_group_live_and_in_the_summary() -> None:
+    """A million clients (over ``LIVE_NODES_MAX``): the live view counts them by group
+    and lists a node once a record names it; the summary's group row counts the whole
+    fleet and its rounds not sampled (``not_sampled``) under "other"."""
+    spec = SPEC.replace("count: 2}", "count: 1000000, profile: rpi5}")
+    console, buf = _console()
+    obs = ConsoleObserver(console)
+    obs.started("r1", make_plan(parse_spec(spec)))
+    assert obs.nodes == {} and obs.group_sizes == {("edge", "rpi5"): 1_000_000}
+    obs.record({"kind": "event", "name": "round_start", "round": 1})
+    obs.record({"kind": "status", "node": "edge-77", "status": "completed"})
+    obs.record({"kind": "status", "node": "edge-1000001", "status": "completed"})  # not one
+    assert set(obs.nodes) == {"edge-77"}
+    console.print(obs._table())
+    live = [" ".join(line.replace("│", " ").split()) for line in buf.getvalue().splitlines()]
+    assert "edge rpi5 1000000 completed 1, waiting 999999" in live
+
+    statuses = {"edge-77": {1: "completed", 2: "completed"}, "edge-9": {2: "failed"}}
+    lines = _lines(
+        {
+            "node_status": statuses,
+            "node_groups": {"edge-77": "edge/rpi5", "edge-9": "edge/rpi5"},
+            "group_nodes": {"edge/rpi5": 1_000_000},
+            "not_sampled": {"edge/rpi5": 1_999_997},
+        }
+    )
+    assert "edge/rpi5 1000000 2 1 1999997" in lines
+    assert "edge-9 0 1 0" in lines
+
+
 def test_no_accuracy_line_for_an_app_that_records_none() -> None:
     """A user's app records no global accuracy: no ``final_global_acc: None`` line; our
     own app's failed run without one still says so."""

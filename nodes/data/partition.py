@@ -6,26 +6,67 @@ All take labels ``y`` (shape ``(n,)``), the number of partitions and a numpy
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
 from kernel.registry import Registry, callable_hook
 
-Partitioner = Callable[..., list[np.ndarray]]
+Partitioner = Callable[..., Sequence[np.ndarray]]
 PARTITIONERS: Registry[Partitioner] = Registry(
     "partitioner",
-    validate=callable_hook("(y, num_partitions, rng, **params) -> list of index arrays"),
+    validate=callable_hook("(y, num_partitions, rng, **params) -> sequence of index arrays"),
 )
 register_partitioner = PARTITIONERS.register
+
+
+class EqualParts(Sequence[np.ndarray]):
+    """``np.array_split(order, k)`` with each part sorted, made on first use: part ``p``
+    is the same array the eager split gives, without a million arrays up front.
+
+    Parameters
+    ----------
+    order : numpy.ndarray
+        Sample indices in the order they are dealt, shape ``(n,)``.
+    k : int
+        Number of parts (the first ``n % k`` parts hold one more index).
+    """
+
+    def __init__(self, order: np.ndarray, k: int) -> None:
+        if k < 1:
+            raise ValueError(f"num_partitions: {k} (at least 1)")
+        self.order, self.k = order, k
+        self._q, self._r = divmod(len(order), k)
+
+    def __len__(self) -> int:
+        return self.k
+
+    def bounds(self, p: int) -> tuple[int, int]:
+        """Start and end of part ``p`` in ``order``."""
+        q, r = self._q, self._r
+        start = p * q + min(p, r)
+        return start, start + q + (p < r)
+
+    def __getitem__(self, p: int) -> np.ndarray:  # type: ignore[override]
+        if not isinstance(p, int | np.integer):
+            raise TypeError("EqualParts takes one integer index")
+        if p < 0:
+            p += self.k
+        if not 0 <= p < self.k:
+            raise IndexError(p)
+        a, b = self.bounds(int(p))
+        return np.sort(self.order[a:b])
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return (self[p] for p in range(self.k))
 
 
 @register_partitioner("iid")
 def iid(
     y: np.ndarray, num_partitions: int, rng: np.random.Generator, **_: object
-) -> list[np.ndarray]:
-    """Uniformly random, equal-sized silos."""
-    return [np.sort(p) for p in np.array_split(rng.permutation(len(y)), num_partitions)]
+) -> Sequence[np.ndarray]:
+    """Uniformly random, equal-sized silos (each made on first use: :class:`EqualParts`)."""
+    return EqualParts(rng.permutation(len(y)), num_partitions)
 
 
 @register_partitioner("dirichlet")
@@ -107,6 +148,6 @@ def quantity_skew(
 
 def partition(
     name: str, y: np.ndarray, num_partitions: int, seed: int, **params: object
-) -> list[np.ndarray]:
+) -> Sequence[np.ndarray]:
     """Run partitioner ``name`` with a generator seeded by ``seed``."""
     return PARTITIONERS[name](y, num_partitions, np.random.default_rng(seed), **params)

@@ -38,6 +38,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from nodes.device_control import read_control, stretch
+from nodes.fl.identity import NodeNames, names_record, node_names
 from nodes.fl.telemetry import Telemetry
 from nodes.fl.userapp import TESTBED_PREFIX, node_config_of
 
@@ -204,7 +205,7 @@ class GridObserver:
         timeout_cap_s: float | None = None,
     ) -> None:
         self.tel = telemetry
-        self.node_names = list(node_names)
+        self.node_names = node_names if isinstance(node_names, NodeNames) else list(node_names)
         self.hold_rounds, self.hold_path = set(hold_rounds), hold_path
         self.timeout_cap_s = timeout_cap_s
         self.names: dict[int, str] = {}
@@ -411,7 +412,7 @@ def observed_server_app(ref: str, app_name: str) -> ServerApp:
     def main(grid: Grid, context: Context) -> None:
         rc = context.run_config
         tel = Telemetry(str(rc.get(f"{TESTBED_PREFIX}telemetry-path", "")) or None)
-        names: list[str] = json.loads(str(rc.get(f"{TESTBED_PREFIX}node-names", "[]")))
+        names = node_names(str(rc.get(f"{TESTBED_PREFIX}node-names", "[]")))
         if rc.get(f"{TESTBED_PREFIX}protocol-timing") == "fast":
             from nodes.fl.timing import SERVERAPP, fleet_scale, install
 
@@ -426,7 +427,7 @@ def observed_server_app(ref: str, app_name: str) -> ServerApp:
         )
         inner: ServerApp = _load(ref, ServerApp, app_name, "serverapp")
         _wait_fleet(grid, len(names), cap or 60.0, tel)
-        tel.event("run_start", nodes=names, app=app_name)
+        tel.event("run_start", app=app_name, **names_record(names))
         observer.attach(grid)
         for hook in list(ON_ATTACH):
             hook(observer)

@@ -9,9 +9,8 @@ checkpoint in ``artifact-dir``; ``testbed resume`` sets it).
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +22,7 @@ from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
 from nodes.fl import packing, task
 from nodes.fl.checkpoint import ResumedRounds, load_checkpoint, save_checkpoint
 from nodes.fl.deadline import bound_pulls_by_deadline
+from nodes.fl.identity import names_record, node_names
 from nodes.fl.late import StalePolicy
 from nodes.fl.recording import RecordingStrategy
 from nodes.fl.strategies import STRATEGIES, constructor_args
@@ -88,7 +88,7 @@ def main(grid: Grid, context: Context) -> None:
     rc = context.run_config
     spec = task.parse_spec(str(rc["fl-spec"]))
     seed = int(str(rc["seed"]))
-    names: list[str] = json.loads(str(rc["node-names"]))
+    names = node_names(str(rc["node-names"]))
     tel = Telemetry(str(rc.get("telemetry-path", "")) or None)
     if spec.protocol_timing == "fast":  # the grid's 3 s reply polls (nodes/fl/timing.py)
         from nodes.fl.timing import SERVERAPP, fleet_scale, install
@@ -117,7 +117,7 @@ def main(grid: Grid, context: Context) -> None:
 
     out = str(rc.get("artifact-dir", ""))
     rounds, initial = _starting_point(strategy, out, int(str(rc.get("resume", 0))), model, tel)
-    tel.event("run_start", nodes=names, rounds=spec.rounds)
+    tel.event("run_start", rounds=spec.rounds, **names_record(names))
     result = rounds.start(
         grid=grid,
         initial_arrays=initial,
@@ -151,7 +151,7 @@ def _starting_point(
 
 
 def _recording_strategy(
-    spec: FLSpec, tel: Telemetry, names: list[str], model: torch.nn.Module, splits: task.Splits
+    spec: FLSpec, tel: Telemetry, names: Sequence[str], model: torch.nn.Module, splits: task.Splits
 ) -> RecordingStrategy:
     """The configured strategy (by name or dotted path) inside the recording wrapper."""
     name, n = spec.strategy.name, len(names)
@@ -175,7 +175,7 @@ def _recording_strategy(
 
 
 def _centralized(
-    spec: FLSpec, tel: Telemetry, names: list[str], model: torch.nn.Module, splits: task.Splits
+    spec: FLSpec, tel: Telemetry, names: Sequence[str], model: torch.nn.Module, splits: task.Splits
 ) -> Callable[[int, ArrayRecord], MetricRecord]:
     """Flower's ``evaluate_fn``: the global model on the server's test set (and per silo)."""
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,23 +21,107 @@ if TYPE_CHECKING:
     from nodes.compression.svd import SvdStats
 
 
-@dataclass(frozen=True)
-class Splits:
-    """Server test set and each silo's local train/test split."""
+class SiloSplits:
+    """Each silo's local train and test split, made on first use and kept.
 
-    server_test: Dataset
-    silo_train: tuple[Dataset, ...]
-    silo_test: tuple[Dataset, ...]
+    Silo ``p`` shuffles its indices with ``default_rng([seed, p])`` and keeps
+    ``max(1, round(len * local_test_fraction))`` of them for test: the same splits as
+    made eagerly, but a run of a million virtual clients makes only the sampled ones.
+
+    Parameters
+    ----------
+    data : Dataset
+        The whole dataset.
+    pool : numpy.ndarray
+        Indices into ``data`` of the samples left after the server's test set.
+    parts : sequence of numpy.ndarray
+        Each silo's indices into ``pool`` (a partitioner's result).
+    seed : int
+        The run's seed.
+    local_test_fraction : float
+        Share of a silo's samples held out for its local test.
+    """
+
+    def __init__(
+        self,
+        data: Dataset,
+        pool: np.ndarray,
+        parts: Sequence[np.ndarray],
+        seed: int,
+        local_test_fraction: float,
+    ) -> None:
+        self.data, self.pool, self.parts, self.seed = data, pool, parts, seed
+        self.local_test_fraction = local_test_fraction
+        self._made: dict[int, tuple[Dataset, Dataset]] = {}
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+    def split(self, p: int) -> tuple[Dataset, Dataset]:
+        """(train, test) of silo ``p``."""
+        if not 0 <= p < len(self.parts):
+            raise IndexError(p)
+        got = self._made.get(p)
+        if got is None:
+            local = np.random.default_rng([self.seed, p]).permutation(self.parts[p])
+            k = max(1, int(round(len(local) * self.local_test_fraction)))
+            train, test = self.pool[local[k:]], self.pool[local[:k]]
+            got = self._made[p] = (self.data.subset(train), self.data.subset(test))
+        return got
+
+
+class Silos(Sequence[Dataset]):
+    """One side (``0``: train, ``1``: test) of :class:`SiloSplits`, as a sequence."""
+
+    def __init__(self, splits: SiloSplits, side: int) -> None:
+        self.splits, self.side = splits, side
+
+    def __len__(self) -> int:
+        return len(self.splits)
+
+    def __getitem__(self, p: int) -> Dataset:  # type: ignore[override]
+        if p < 0:
+            p += len(self)
+        return self.splits.split(int(p))[self.side]
+
+    def __iter__(self) -> Iterator[Dataset]:
+        return (self[p] for p in range(len(self)))
+
+
+@dataclass(frozen=True, eq=False)
+class Splits:
+    """Server test set and each silo's local train/test split (made on first use: a
+    ClientApp never copies the server's test set out of the data).
+
+    Attributes
+    ----------
+    data : Dataset
+        The whole dataset (possibly memory-mapped: :func:`nodes.data.datasets.load_dataset`).
+    server_idx : numpy.ndarray
+        Indices of the server's test set in ``data``.
+    silo_train, silo_test : sequence of Dataset
+        Each silo's local splits, by partition id.
+    """
+
+    data: Dataset
+    server_idx: np.ndarray
+    silo_train: Sequence[Dataset]
+    silo_test: Sequence[Dataset]
+
+    @cached_property
+    def server_test(self) -> Dataset:
+        """The server's test set (copied out of the data on first use)."""
+        return self.data.subset(self.server_idx)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
         """Shape of one input sample."""
-        return tuple(self.server_test.x.shape[1:])
+        return tuple(self.data.x.shape[1:])
 
     @property
     def num_classes(self) -> int:
         """Number of classes of the task."""
-        return self.server_test.num_classes
+        return self.data.num_classes
 
 
 @lru_cache(maxsize=4)
@@ -47,23 +131,18 @@ def _splits(spec_json: str, seed: int, num_partitions: int) -> Splits:
     rng = np.random.default_rng(seed)
     perm = rng.permutation(len(data))
     n_test = int(round(len(data) * spec.dataset.test_fraction))
-    server_test, pool = data.subset(perm[:n_test]), data.subset(perm[n_test:])
+    pool = perm[n_test:]  # (indices: the samples are copied per silo, on first use)
     parts = partition(
         spec.partitioner.name,
-        pool.y,
+        data.y[pool],
         num_partitions,
         seed,
         alpha=spec.partitioner.alpha,
         classes_per_silo=spec.partitioner.classes_per_silo,
         min_partition_size=spec.partitioner.min_partition_size,
     )
-    trains, tests = [], []
-    for p, idx in enumerate(parts):
-        local = np.random.default_rng([seed, p]).permutation(idx)
-        k = max(1, int(round(len(local) * spec.dataset.local_test_fraction)))
-        tests.append(pool.subset(local[:k]))
-        trains.append(pool.subset(local[k:]))
-    return Splits(server_test, tuple(trains), tuple(tests))
+    silos = SiloSplits(data, pool, parts, seed, spec.dataset.local_test_fraction)
+    return Splits(data, perm[:n_test], Silos(silos, 0), Silos(silos, 1))
 
 
 def deterministic_torch() -> None:

@@ -506,7 +506,7 @@ def links_in_force(plan: Plan, mode: str) -> dict[str, Any]:
     no emulated links, so no kinds)."""
     kinds: dict[str, int] = {}
     if mode != "none":
-        for node in plan.clients:
-            kind = node.uplink.kind_in(mode)
-            kinds[kind] = kinds.get(kind, 0) + 1
+        for link, count in plan.client_links():
+            kind = link.kind_in(mode)
+            kinds[kind] = kinds.get(kind, 0) + count
     return {"links_mode": mode, "link_kinds": kinds}

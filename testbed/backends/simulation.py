@@ -15,6 +15,7 @@ import importlib.util
 import json
 import os
 import secrets
+import shutil
 import sys
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
@@ -25,12 +26,13 @@ from testbed.backends.base import Backend, NodeResources, NotSupported, links_in
 from testbed.procs import Popen, ProcGroup
 from testbed.simulation.clock import protocol_delay_s, startup_s
 from testbed.simulation.config import SimulationSpec
-from testbed.simulation.links import check_links, client_model
+from testbed.simulation.links import check_links
 from testbed.simulation.polls import poll_period_s
+from testbed.simulation.population import ClientPopulation
 
 if TYPE_CHECKING:
     from testbed.emulation.link import Link, LinkSchedule
-    from testbed.planner import Plan, PlannedNode
+    from testbed.planner import Plan
     from testbed.spec.models import Experiment
 
 #: Ray CPUs of a local simulation (the whole run; `simulation.num_cpus` overrides).
@@ -153,8 +155,11 @@ class SimulationBackend(Backend):
         """Nothing to play: link schedules and satellite passes are on the virtual clock."""
 
     def stop(self) -> None:
-        """Stop the simulation process tree (Ray included) if it still runs."""
+        """Stop the simulation process tree (Ray included) if it still runs, and remove
+        the generated dataset it shared with its workers (``data_cache``: not a record,
+        :func:`testbed.simulation.runner.data_cache`)."""
         self.procs.stop_all()
+        shutil.rmtree(self.run_dir / "data_cache", ignore_errors=True)
 
     # -- the Flower run ----------------------------------------------------------------
     def settings(self, run_config: dict[str, object]) -> dict[str, Any]:
@@ -164,49 +169,36 @@ class SimulationBackend(Backend):
         assert spec is not None
         sim = exp.simulation or SimulationSpec()
         deadline = float(spec.round_timeout_s)
-        clients = sorted(self.plan.clients, key=lambda n: n.partition_id or 0)
-        models, model_of = self._models(clients)
+        population = ClientPopulation.from_plan(
+            self.plan, exp.links.mode, self._space_schedules()
+        )
         avail = sim.availability
         return {
             "run_id": secrets.randbits(63),
             "run_config": run_config,
-            "names": [n.name for n in clients],
+            "names": json.loads(self.plan.client_names_json()),
             "num_cpus": sim.num_cpus or NUM_CPUS,
             "client_cpus": sim.client_cpus,
             "ray_address": self.ray_address or sim.ray_address,
             "wall_cap_s": max(600.0, 10 * deadline),
             "clock": {
                 "deadline_s": deadline,
-                **protocol_terms(spec.protocol_timing, sim, len(clients)),
+                **protocol_terms(spec.protocol_timing, sim, self.plan.num_clients),
                 "seed": self.plan.seed,
-                "models": models,
-                "model_of": model_of,
+                "population": population.to_dict(),
                 "faults": [json.loads(f.model_dump_json(exclude_none=True)) for f in exp.faults],
                 "availability": avail.model_dump() if avail is not None else None,
             },
         }
 
-    def _models(self, clients: list[PlannedNode]) -> tuple[list[dict[str, Any]], list[int]]:
-        """Distinct client models and each client's index into them (10,000 clients of a
-        few profiles and links: a few models)."""
-        space, mode = self._space_schedules(clients), self.plan.experiment.links.mode
-        models: list[dict[str, Any]] = []
-        index: dict[str, int] = {}
-        model_of = []
-        for n in clients:
-            m = client_model(n, mode, space.get(n.name)).to_dict()
-            key = json.dumps(m, sort_keys=True)
-            if key not in index:
-                index[key] = len(models)
-                models.append(m)
-            model_of.append(index[key])
-        return models, model_of
-
-    def _space_schedules(self, clients: list[PlannedNode]) -> dict[str, LinkSchedule]:
+    def _space_schedules(self) -> dict[str, LinkSchedule]:
         """Satellite passes of the space-tier clients (run seconds)."""
         exp = self.plan.experiment
-        space = [n.name for n in clients if n.tier == "space"]
-        if exp.space is None or not space:
+        if exp.space is None or exp.fleet is None:
+            return {}
+        space_ids = {n.id for n in exp.fleet.nodes if n.tier == "space"}
+        space = [n.name for n in self.plan.clients if n.tier == "space"] if space_ids else []
+        if not space:
             return {}
         from testbed.space.schedule import SpaceModel
 

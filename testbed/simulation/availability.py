@@ -104,17 +104,30 @@ class Availability:
         Trace seconds per virtual second.
     """
 
-    def __init__(self, traces: dict[str, ClientTrace], names: list[str], time_scale: float):
+    def __init__(
+        self, traces: dict[str, ClientTrace], names: Sequence[str], time_scale: float
+    ) -> None:
         if not traces:
             raise ValueError("availability trace: no client in the file")
-        keys = sorted(traces, key=_order)
-        by_name = {n: traces[n] for n in names if n in traces}
-        self.of = by_name or {n: traces[keys[i % len(keys)]] for i, n in enumerate(names)}
-        self.scale = time_scale
+        self.traces, self.names, self.scale = traces, names, time_scale
+        self.keys = sorted(traces, key=_order)
+        # matched by name when any trace client is a client's name (a name lookup per
+        # trace client, not per run client); else by partition id, on first use
+        self.by_name = any(k in names for k in traces)
+        find = getattr(names, "find", None)  # (NodeNames: no table per client)
+        self._pid: Any = find if find is not None else {n: i for i, n in enumerate(names)}.get
+
+    def trace_of(self, name: str) -> ClientTrace | None:
+        """Client ``name``'s trace (None: no trace, always on): its own by name, else
+        the ``(partition id mod n)``-th trace client's."""
+        if self.by_name:
+            return self.traces.get(name)
+        pid = self._pid(name)
+        return None if pid is None else self.traces[self.keys[pid % len(self.keys)]]
 
     def down_reason(self, name: str, a: float, b: float) -> str | None:
         """``REASON`` if ``name`` is off somewhere in virtual ``[a, b]`` (None: on)."""
-        trace = self.of.get(name)
+        trace = self.trace_of(name)
         if trace is None or trace.on_throughout(a * self.scale, b * self.scale):
             return None
         return REASON
@@ -122,7 +135,7 @@ class Availability:
     def up_at(self, name: str, t: float) -> float | None:
         """The earliest virtual time from ``t`` on at which ``name`` is on (None: never
         again; a client without a trace is always on)."""
-        trace = self.of.get(name)
+        trace = self.trace_of(name)
         if trace is None:
             return t
         on = trace.next_on(t * self.scale)

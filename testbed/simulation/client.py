@@ -19,6 +19,7 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from nodes.fl import client_app as fl
+from nodes.fl.identity import node_names
 
 app = ClientApp()
 
@@ -77,7 +78,7 @@ def user_client_app(observed: ClientApp) -> ClientApp:
 
     def call(message: Message, context: Context) -> Message:
         rc, pid = context.run_config, int(context.node_config["partition-id"])
-        names = json.loads(str(rc.get(f"{TESTBED_PREFIX}node-names", "[]")))
+        names = node_names(str(rc.get(f"{TESTBED_PREFIX}node-names", "[]")))
         if 0 <= pid < len(names):
             context.node_config["node-name"] = names[pid]
         out = str(rc.get(f"{TESTBED_PREFIX}artifact-dir", ""))

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,8 +90,9 @@ class ClockedGrid:
         The ServerApp's grid (its methods are replaced on the instance).
     clock : VirtualClock
         The model.
-    names : list of str
-        Client names by partition id.
+    names : sequence of str
+        Client names by partition id (:class:`nodes.fl.identity.NodeNames` for a
+        fleet planned by groups).
     tel : Telemetry
         The run's telemetry.
     wall_cap_s : float
@@ -104,7 +105,7 @@ class ClockedGrid:
         self,
         grid: Grid,
         clock: VirtualClock,
-        names: list[str],
+        names: Sequence[str],
         tel: Telemetry,
         wall_cap_s: float,
         partitions: Mapping[int, int],
@@ -141,6 +142,8 @@ class ClockedGrid:
         if not self.armed:
             return ids
         self._begin(self.ended + 1)  # (sampling for the next round happens now)
+        if self.clock.faults is None and self.clock.availability is None:
+            return ids  # (nothing takes a client down: no look at each of them)
         t = self.elapsed_s
         return [i for i in ids if self.clock.down_reason(self.name_of(i), t, t) is None]
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from testbed.emulation.kinds import Refused, link_kind
 from testbed.emulation.link import LinkSchedule
+from testbed.planner import own_link_replicas
 from testbed.simulation.clock import ClientModel
 from testbed.spec.hosting import links_lead_to
 
@@ -75,7 +76,13 @@ def check_links(exp: Experiment) -> None:
     for spec in exp.fleet.nodes:
         if spec.fl_role != "client":
             continue
-        for name in spec.names():
+        # the entry's link (its first replica's, unless that one has its own) and each
+        # replica's own: every distinct link once, not a lookup per replica
+        own = own_link_replicas(exp, spec)
+        plain = next((k for k in range(len(own) + 1) if k not in own), None)
+        picks = [k for k in (plain, *own) if k is not None and k < spec.count]
+        for k in picks:
+            name = spec.id if spec.count == 1 else f"{spec.id}-{k + 1}"
             link = exp.links.for_node(name, spec, peer)
             if id(link) in seen:
                 continue

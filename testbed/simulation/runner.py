@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+from collections import ChainMap
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,32 +30,44 @@ from flwr.serverapp import Grid, ServerApp
 
 from nodes.fl.telemetry import Telemetry
 from nodes.fl.userapp import TESTBED_PREFIX
-from testbed.simulation.clock import ClientModel, VirtualClock
+from testbed.simulation.clock import VirtualClock
 from testbed.simulation.grid import ClockedGrid
 from testbed.simulation.polls import PollGrid
+from testbed.simulation.population import ClientPopulation, PopulationClients
 from testbed.simulation.protocol import ProtocolModel
 
 APP_DIR = Path(__file__).resolve().parents[2] / "nodes" / "fl" / "app"
 
-#: Flower node id -> partition id, captured when the Simulation Engine registers nodes.
-PARTITIONS: dict[int, int] = {}
+#: Flower node id -> partition id, captured when the Simulation Engine registers nodes
+#: (the registration's own mapping, kept by reference: a range of a million virtual
+#: nodes is not copied; :mod:`testbed.simulation.registry`).
+PARTITIONS: ChainMap[int, int] = ChainMap()
 
 
 def capture_partitions() -> None:
     """Wrap Flower's node registration so the clock knows which node id is which client."""
     from flwr.server.superlink.fleet.vce import vce_api
 
-    register = vce_api._register_nodes
+    api: Any = vce_api  # (registration may be the lazy one: a Mapping, not a dict)
+    register = api._register_nodes
     if getattr(register, "testbed_capture", False):
         return
 
-    def _register_nodes(num_nodes: int, state_factory: Any) -> dict[int, int]:
-        mapping: dict[int, int] = register(num_nodes=num_nodes, state_factory=state_factory)
-        PARTITIONS.update(mapping)
+    def _register_nodes(num_nodes: int, state_factory: Any) -> Mapping[int, int]:
+        mapping: Mapping[int, int] = register(num_nodes=num_nodes, state_factory=state_factory)
+        PARTITIONS.maps.insert(0, mapping)  # type: ignore[arg-type]
         return mapping
 
     _register_nodes.testbed_capture = True  # type: ignore[attr-defined]
-    vce_api._register_nodes = _register_nodes
+    api._register_nodes = _register_nodes
+
+
+def names_of(settings: dict[str, Any]) -> Sequence[str]:
+    """Client names by partition id (the settings' ``names``: the client groups, or a
+    list of names; :func:`nodes.fl.identity.node_names_of`)."""
+    from nodes.fl.identity import node_names_of
+
+    return node_names_of(settings["names"])
 
 
 def clock_of(settings: dict[str, Any], tel: Telemetry) -> VirtualClock:
@@ -62,11 +77,10 @@ def clock_of(settings: dict[str, Any], tel: Telemetry) -> VirtualClock:
     from testbed.simulation.vfaults import VirtualFaults
     from testbed.spec.models import FaultSpec
 
-    c, names = settings["clock"], list(settings["names"])
-    models = [ClientModel.from_dict(m) for m in c["models"]]
-    clients = {name: models[i] for name, i in zip(names, c["model_of"], strict=True)}
+    c, names = settings["clock"], names_of(settings)
+    clients = PopulationClients(names, ClientPopulation.from_dict(c["population"]))
     faults = None
-    if c.get("faults"):
+    if c.get("faults"):  # (per client name: O(registered) once, with faults only)
         specs = [FaultSpec.model_validate(f) for f in c["faults"]]
         out = str(settings["run_config"].get("artifact-dir", ""))
         tiers = {n: clients[n].tier for n in names}
@@ -101,7 +115,7 @@ def clocked_server_app(settings: dict[str, Any]) -> ServerApp:
     from nodes.fl import server_app as fl
 
     app = ServerApp()
-    names = list(settings["names"])
+    names = names_of(settings)
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
@@ -136,7 +150,7 @@ def user_server_app(settings: dict[str, Any]) -> ServerApp:
     from nodes.fl import observe
 
     inner: ServerApp = _component(settings["app_dir"], "serverapp")
-    names = list(settings["names"])
+    names = names_of(settings)
     app = ServerApp()
 
     @app.main()
@@ -239,14 +253,16 @@ def run(settings: dict[str, Any]) -> None:
         "client_resources": {"num_cpus": float(settings["client_cpus"]), "num_gpus": 0.0},
         "init_args": init,
     }
-    capture_partitions()
-    if not settings.get("bare"):
-        from testbed.simulation import feeder
+    if not settings.get("bare"):  # (bare: Flower's own registry and feeder)
+        from testbed.simulation import feeder, registry
 
+        registry.install()  # before the capture, which wraps it
         feeder.install()
+    capture_partitions()
+    cache = data_cache(settings)
     try:
         _run_simulation(
-            num_supernodes=len(settings["names"]),
+            num_supernodes=len(names_of(settings)),
             exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
             client_app=client_app,
             server_app=server_app,
@@ -259,6 +275,24 @@ def run(settings: dict[str, Any]) -> None:
     finally:
         if ray.is_initialized():
             ray.shutdown()
+        if cache is not None:
+            shutil.rmtree(cache, ignore_errors=True)
+
+
+def data_cache(settings: dict[str, Any]) -> Path | None:
+    """Share a generated dataset between the ServerApp and the Ray workers: its folder
+    (``<artifact dir>/data_cache``, removed when the run ends) in
+    :data:`nodes.data.datasets.DATA_CACHE_ENV`, which the workers inherit; None (each
+    process generates its own) without an artifact dir or when the variable is set."""
+    from nodes.data.datasets import DATA_CACHE_ENV
+
+    rc = settings.get("run_config") or {}
+    out = str(rc.get("artifact-dir") or settings.get("artifact_dir") or "")
+    if not out or os.environ.get(DATA_CACHE_ENV):
+        return None
+    folder = Path(out) / "data_cache"
+    os.environ[DATA_CACHE_ENV] = str(folder)
+    return folder
 
 
 def main(argv: list[str]) -> int:

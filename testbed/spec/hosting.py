@@ -68,7 +68,8 @@ def links_lead_to(exp: Experiment) -> str:
         return fns.origin or "edge"  # requests come from the origin
     if exp.fleet is None:
         return "cloud"
-    on, several = hosts(exp), len(exp.workload.sections) > 1
+    several = len(exp.workload.sections) > 1
+    on = hosts(exp) if several else {}  # (one workload: on every node, no lookup)
     return next(
         (
             n.tier
@@ -99,17 +100,19 @@ def own_link_errors(exp: Experiment) -> list[str]:
     """A node whose link a section makes its own (``own_link_nodes()``: semantic
     offload's devices, linked to their fog) that another section runs on too (its link
     leads elsewhere; a node has one emulated link)."""
-    on = hosts(exp)
-    errors: list[str] = []
+    owned: list[tuple[str, str, str]] = []
     for s, m in section_models(exp).items():
         own: Any = getattr(m, "own_link_nodes", None)
-        for path, node in own() if callable(own) else []:
-            others = [o for o in on.get(node, ()) if o != s]
-            errors += [
-                f"workload.{s}.{path}: node {node!r} also runs {others}; its link leads to "
-                f"this workload's peer, and a node has one emulated link: give {s} nodes of "
-                f"its own (leave {node!r} out of the other workloads' nodes)"
-            ] if others else []
+        owned += [(s, path, node) for path, node in (own() if callable(own) else [])]
+    on = hosts(exp) if owned else {}  # (every node's sections: only when asked)
+    errors: list[str] = []
+    for s, path, node in owned:
+        others = [o for o in on.get(node, ()) if o != s]
+        errors += [
+            f"workload.{s}.{path}: node {node!r} also runs {others}; its link leads to "
+            f"this workload's peer, and a node has one emulated link: give {s} nodes of "
+            f"its own (leave {node!r} out of the other workloads' nodes)"
+        ] if others else []
     return errors
 
 
@@ -136,11 +139,13 @@ def hosting_errors(exp: Experiment, names: list[str]) -> list[str]:
             for i, ref in enumerate(m.nodes or [])
             if ref not in names and ref not in ids
         ]
+        pinned: list[tuple[str, str]] = getattr(m, "pinned_nodes", list)()
+        refs = [(f"gpu_slots.{node}", node) for node in m.gpu_slots] + pinned
+        if not refs:  # (nothing pinned: no node set to build)
+            continue
         mine = set(names)
         if m.nodes is not None and exp.fleet is not None:
             mine = set(expand_names(m.nodes, exp.fleet))
-        pinned: list[tuple[str, str]] = getattr(m, "pinned_nodes", list)()
-        refs = [(f"gpu_slots.{node}", node) for node in m.gpu_slots] + pinned
         errors += [
             f"workload.{s}.{path}: node {node!r} is not one of this workload's "
             f"nodes ({sorted(mine)})"
@@ -178,14 +183,17 @@ def claim_errors(exp: Experiment, models: dict[str, BaseModel], names: list[str]
     from testbed.spec.catalog import CATALOG
 
     known = {**CATALOG, **exp.profiles}
+    claimed = claims(models)
+    wanted = {c[2] for c in claimed}  # (the slots of the claimed nodes only)
     slots = {
         name: exp.profile_of(n).usable_gpu_slots
         for n in exp.fleet.nodes
-        if not isinstance(n.profile, str) or n.profile in known
+        if wanted and (not isinstance(n.profile, str) or n.profile in known)
         for name in n.names()
+        if name in wanted
     }
     by_node: dict[str, list[Claim]] = defaultdict(list)
-    for c in claims(models):
+    for c in claimed:
         if c[2] in slots:
             by_node[c[2]].append(c)
     errors: list[str] = []

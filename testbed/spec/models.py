@@ -41,7 +41,8 @@ TIERS: tuple[str, ...] = ("edge", "fog", "cloud", "space")
 RADIO_TIERS: tuple[str, ...] = ("edge",)  # tiers whose nodes have a radio (mmwave UE)
 NODE_ID = re.compile(r"^[a-z][a-z0-9-]*$")
 PLACEMENT_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")  # a swarm node label
-MAX_FLEET_NODES = 100_000  # nodes of one fleet, replicas included (beyond simulation scale)
+MAX_FLEET_NODES = 2_000_000  # nodes of one fleet, replicas included (a million virtual
+#                               clients and more fit the simulation backend: docs/simulation.md)
 MAX_SEED = 2**32 - 1  # numpy and torch accept every seed up to here (+ repetitions)
 
 
@@ -496,10 +497,12 @@ class Experiment(Frozen):
         if self.fleet is not None:
             names = [name for n in self.fleet.nodes for name in n.names()]
             errors += self._fleet_errors(self.fleet, names)
+        refs = self._node_references()
+        known = set(names) if refs else set()  # (a lookup per reference, not a scan)
         errors += [
             f"{path}: node {node!r} is not defined in fleet.nodes (defined: {sorted(names)})"
-            for path, node in self._node_references()
-            if node not in names
+            for path, node in refs
+            if node not in known
         ]
         if len(self.workload.sections) > 1 or self.fleet is not None:
             from testbed.spec.hosting import hosting_errors

@@ -19,6 +19,7 @@ from typing import Any
 from nodes.fl.config import FLSpec
 from testbed.backends.base import Backend
 from testbed.chaos import ChaosEngine, finalize_statuses
+from testbed.planner import Plan
 from testbed.store import RunStore
 from testbed.workloads import register_workload
 from testbed.workloads.base import RunContext, record_link_counters, record_links
@@ -110,7 +111,7 @@ class FlRun:
     def start(self) -> None:
         """Start the fleet, the chaos engine, the link schedules and the space clock."""
         ctx, store, plan = self.ctx, self.ctx.store, self.ctx.plan
-        store.add_event(ctx.run_id, "fleet_starting", nodes=[n.name for n in plan.nodes])
+        store.add_event(ctx.run_id, "fleet_starting", **fleet_names(plan))
         self.backend.start()
         info = self.backend.fleet_info()  # the links in force (docker: netem may fall back)
         store.add_event(
@@ -146,7 +147,7 @@ class FlRun:
             {
                 "fl-spec": self.spec.model_dump_json(),
                 "seed": self.ctx.seed,
-                "node-names": json.dumps(self.ctx.plan.client_names()),
+                "node-names": self.ctx.plan.client_names_json(),
                 "telemetry-path": str((run_dir / "telemetry.jsonl").resolve()),
                 "artifact-dir": str(run_dir.resolve()),
                 "resume": int(self.ctx.resume),
@@ -165,7 +166,7 @@ class FlRun:
             holds = []
         keys: dict[str, bool | int | float | str] = {
             "telemetry-path": str((run_dir / "telemetry.jsonl").resolve()),
-            "node-names": json.dumps(plan.client_names()),
+            "node-names": plan.client_names_json(),
             "hold-rounds": json.dumps(holds),
             "hold-path": str(self.hold_path.resolve()) if self.hold_path else "",
             "round-timeout-s": float(self.spec.round_timeout_s),
@@ -328,6 +329,47 @@ def user_app_verdict(store: RunStore, run_id: str, summary: dict[str, Any]) -> N
 NODE_GROUPS_OVER = 24
 
 
+def fleet_names(plan: Plan) -> dict[str, Any]:
+    """The ``fleet_starting`` event's fields: ``nodes`` (every name) for a fleet of up
+    to :data:`nodes.fl.identity.LISTED_NAMES` nodes, else ``node_groups`` (``[id,
+    count]`` of each fleet entry) and ``node_count``."""
+    from nodes.fl.identity import LISTED_NAMES
+
+    groups = plan.groups
+    if groups is None or len(plan.nodes) <= LISTED_NAMES:
+        return {"nodes": [n.name for n in plan.nodes]}
+    return {"node_groups": [[g.spec.id, g.count] for g in groups], "node_count": len(plan.nodes)}
+
+
+def node_groups(
+    store: RunStore, run_id: str, plan: Plan, statuses: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Summary keys of a large fleet: ``node_groups`` (tier/profile of each node with a
+    status row), ``group_nodes`` (client nodes per tier/profile, the whole fleet) and,
+    where the store counted clients not sampled per group (:func:`finalize_statuses`),
+    ``not_sampled`` ((round, node) pairs per tier/profile)."""
+    names, clients = plan.client_names(), plan.clients
+    find = getattr(names, "find", None)
+    pid_of = find if find is not None else {n: i for i, n in enumerate(names)}.get
+    groups: dict[str, str] = {}
+    for name in statuses:
+        pid = pid_of(name)
+        if pid is not None:
+            n = clients[pid]
+            groups[name] = f"{n.tier}/{n.profile_name}"
+    out: dict[str, Any] = {
+        "node_groups": groups,
+        "group_nodes": {f"{t}/{p}": k for (t, p), k in plan.client_counts().items()},
+    }
+    counted: dict[str, int] = {}
+    for m in store.metrics(run_id, "not_sampled"):
+        if m.node is not None and m.value is not None:
+            counted[str(m.node)] = counted.get(str(m.node), 0) + int(m.value)
+    if counted:
+        out["not_sampled"] = counted
+    return out
+
+
 @register_workload("fl")
 class FederatedLearning:
     """``workload.fl``: Flower SuperLink + SuperNodes on the backend; failure-study report."""
@@ -348,10 +390,8 @@ class FederatedLearning:
         finally:
             run.finish()
         summary = {**fl_summary(ctx.store, ctx.run_id, run.rounds(), run.ended), **run.links}
-        if len(ctx.plan.clients) > NODE_GROUPS_OVER:  # (the summary groups a large fleet)
-            summary["node_groups"] = {
-                n.name: f"{n.tier}/{n.profile_name}" for n in ctx.plan.clients
-            }
+        if ctx.plan.num_clients > NODE_GROUPS_OVER:  # (the summary groups a large fleet)
+            summary.update(node_groups(ctx.store, ctx.run_id, ctx.plan, summary["node_status"]))
         if run.spec.app is not None:
             user_app_verdict(ctx.store, ctx.run_id, summary)
         return summary

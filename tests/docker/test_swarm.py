@@ -65,7 +65,7 @@ class TaskWatch(threading.Thread):
             n.id: (n.attrs["Spec"].get("Labels") or {}).get("engine") for n in manager.nodes.list()
         }
         self.seen: dict[str, set[str]] = {}
-        self.tasks: dict[str, int] = {}  # node -> how many tasks its service had
+        self.tasks: dict[str, set[str]] = {}  # node -> ids of every task its service had
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -74,8 +74,8 @@ class TaskWatch(threading.Thread):
                 services = self.manager.services.list(filters={"label": RUN_LABEL})
                 for s in services:
                     node = s.attrs["Spec"]["Labels"]["testbed.node"]
-                    tasks = s.tasks()
-                    self.tasks[node] = max(self.tasks.get(node, 0), len(tasks))
+                    tasks = s.tasks()  # (a scale to 0 deletes the task: ids, not counts)
+                    self.tasks.setdefault(node, set()).update(t["ID"] for t in tasks)
                     for t in tasks:
                         if t.get("NodeID"):
                             self.seen.setdefault(node, set()).add(self.labels[t["NodeID"]])
@@ -215,5 +215,5 @@ def test_an_outage_scales_the_service_to_0_and_back_on_its_engine(
     assert {("node_down", "far"), ("node_restarted", "far")} <= kinds, kinds
     status = {(r, n): s for r, n, s, _w in store.round_status(res.run_id)}
     assert status[(4, "far")] == "completed", status
-    assert watch.tasks["far"] >= 2 and watch.seen["far"] == {"b"}, (watch.tasks, watch.seen)
+    assert len(watch.tasks["far"]) == 2 and watch.seen["far"] == {"b"}, (watch.tasks, watch.seen)
     assert labelled_containers(engine) == [] and labelled_containers(swarm) == []

@@ -228,16 +228,8 @@ def finalize_statuses(store: RunStore, run_id: str, plan: Plan, rounds: int) -> 
         _finalize_grouped(store, run_id, plan, rounds)
         return
     names = set(plan.client_names())
-    events = store.events(run_id)
-    ids = {
-        ev.data_dict.get("node_id"): ev.node
-        for ev in events
-        if ev.kind == "node_identified" and ev.node is not None
-    }
-    ended = {int(ev.round) for ev in events if ev.kind == "round_end" and ev.round is not None}
-    _rename_rows(store, run_id, names, ids)
+    ended, downs = _observed(store, run_id, names)
     have = {(s.round, s.node) for s in store.round_status(run_id)}
-    downs = [ev for ev in events if ev.kind == "node_down" and ev.round is not None]
     for r in sorted(x for x in ended if 1 <= x <= rounds):
         for n in sorted(names):
             if (r, n) not in have:
@@ -248,6 +240,22 @@ def finalize_statuses(store: RunStore, run_id: str, plan: Plan, rounds: int) -> 
                 ]
                 reason = f"not sampled: {why[-1]}" if why else "not sampled this round"
                 store.set_status(run_id, r, n, "excluded", reason)
+
+
+def _observed(store: RunStore, run_id: str, names: Any) -> tuple[set[int], list[Any]]:
+    """What :func:`finalize_statuses` reads of a run's events, once: its status rows
+    renamed from Flower's node ids to node names (``node_identified``), then the rounds
+    that ended and the ``node_down`` events with a round."""
+    events = store.events(run_id)
+    ids = {
+        ev.data_dict.get("node_id"): ev.node
+        for ev in events
+        if ev.kind == "node_identified" and ev.node is not None
+    }
+    _rename_rows(store, run_id, names, ids)
+    ended = {int(ev.round) for ev in events if ev.kind == "round_end" and ev.round is not None}
+    downs = [ev for ev in events if ev.kind == "node_down" and ev.round is not None]
+    return ended, downs
 
 
 #: Above this many client nodes, clients that were not sampled in a round are counted
@@ -264,18 +272,10 @@ def _finalize_grouped(store: RunStore, run_id: str, plan: Plan, rounds: int) -> 
     pid_of: Callable[[str], int | None] = (
         find if find is not None else {n: i for i, n in enumerate(names)}.get
     )
-    events = store.events(run_id)
-    ids = {
-        ev.data_dict.get("node_id"): ev.node
-        for ev in events
-        if ev.kind == "node_identified" and ev.node is not None
-    }
-    ended = {int(ev.round) for ev in events if ev.kind == "round_end" and ev.round is not None}
-    _rename_rows(store, run_id, names, ids)
+    ended, downs = _observed(store, run_id, names)
     rows: dict[int, set[str]] = {}
     for st in store.round_status(run_id):
         rows.setdefault(st.round, set()).add(st.node)
-    downs = [ev for ev in events if ev.kind == "node_down" and ev.round is not None]
     totals = {f"{t}/{p}": k for (t, p), k in plan.client_counts().items()}
     label: dict[str, str] = {}
 

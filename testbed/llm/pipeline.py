@@ -44,6 +44,18 @@ class StepFailed(RuntimeError):
     """A step did not come back (a hop down, or an error answer)."""
 
 
+def first_hop(client: Client, first: tuple[int, int, int], body: bytes) -> dict[str, Any]:
+    """POST one step to the pipeline's first hop (``(port, start, stop)``); its answer,
+    or :class:`StepFailed` naming the hop's units (unreachable, or an error status)."""
+    try:
+        status, answer = client.post(first[0], "/step", body)
+    except OSError as e:
+        raise StepFailed(f"first hop (units {first[1]}-{first[2]}) unreachable: {e}") from e
+    if status != 200:
+        raise StepFailed(str(answer.get("error", f"HTTP {status}")))
+    return answer
+
+
 @dataclass
 class Generation:
     """One served request (times in s, from its start)."""
@@ -77,12 +89,7 @@ def generate_remote(
                   "next": rest, "final": k == new_tokens - 1}  # fmt: skip
         body = encode(header, x)
         out.bytes_sent += len(body)
-        try:
-            status, answer = client.post(first[0], "/step", body)
-        except OSError as e:
-            raise StepFailed(f"first hop (units {first[1]}-{first[2]}) unreachable: {e}") from e
-        if status != 200:
-            raise StepFailed(str(answer.get("error", f"HTTP {status}")))
+        answer = first_hop(client, first, body)
         out.tokens.append(int(answer["token"]))
         out.hops.extend({**h, "step": k} for h in answer.get("hops", []))
         if k == 0:
@@ -141,12 +148,7 @@ def generate_micro_batch(
         header = {"request": items[active[0]].request, "pos": 0, "start": first[1],
                   "stop": first[2], "next": rest, "batch": batch}  # fmt: skip
         body = encode(header, torch.cat([xs[i] for i in active]))
-        try:
-            status, answer = client.post(first[0], "/step", body)
-        except OSError as e:
-            raise StepFailed(f"first hop (units {first[1]}-{first[2]}) unreachable: {e}") from e
-        if status != 200:
-            raise StepFailed(str(answer.get("error", f"HTTP {status}")))
+        answer = first_hop(client, first, body)
         now = time.perf_counter() - t0
         share = 1.0 / len(active)
         for i, tok in zip(active, answer["tokens"], strict=True):

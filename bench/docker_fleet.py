@@ -26,12 +26,24 @@ Needs an engine at DOCKER_HOST holding the image (``make test-docker`` builds bo
   its own; wall time and each workload's headline figures side by side, read from the
   stores' run summaries. ``--read LOCAL_STORE[:RUN] DOCKER_STORE[:RUN]`` prints the
   comparison of runs already made (default: each store's latest run) without running.
+- ``functions``: experiments/gaia.yaml's functions under the ``gaia`` policy alone (its
+  sweep over policies dropped), ``--duration`` s of load, seeds 0..``--seeds``-1, on
+  ``local`` then on ``docker``; per function SLO attainment, p95, promotions and
+  demotions (mean ± sample std over the seeds, and each seed), and over all requests.
+  ``--read LOCAL_STORE DOCKER_STORE`` prints stores already made.
+- ``offload``: experiments/semantic_offload.yaml (two UEs on mmWave links, a fog;
+  ``--requests`` inferences per device and scheme, ``--train-steps`` per scheme), seeds
+  0..``--seeds``-1, on ``local`` then on ``docker``; per scheme the task accuracy (mean
+  of the K tasks) and an inference's end-to-end time (mean ± sample std over the seeds,
+  each seed, and the gap of the two backends' means). ``--read`` as for ``functions``.
 
     python bench/docker_fleet.py start 4 16 32
     python bench/docker_fleet.py rounds [--spec experiments/quickstart.yaml]
     python bench/docker_fleet.py fleet 16 32
     python bench/docker_fleet.py ready 4 16 32 [--repeat 1] [--backends local docker]
     python bench/docker_fleet.py continuum [--out DIR]
+    python bench/docker_fleet.py functions [--seeds 3] [--duration 40] [--out DIR]
+    python bench/docker_fleet.py offload [--seeds 3] [--requests 40] [--out DIR]
 
 Run it against the private engine of ``make test-docker`` with
 ``bash docker/with-engine.sh python bench/docker_fleet.py ...`` (root).
@@ -47,6 +59,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -292,17 +305,19 @@ CONTINUUM_SETS = (
     "workload.semantic_offload.requests=60",
     "workload.semantic_offload.model.quick_train_steps=60",
 )
+CONTINUUM_ARGS = tuple(a for s in CONTINUUM_SETS for a in ("--set", s))
 MEASURED = "measured"
 Figures = dict[str, tuple[str, Any]]  # figure -> (how it was obtained, value)
 
 
-def run_cli(backend: str, out: Path) -> tuple[float, int]:
-    """``python -m testbed run`` the shortened continuum spec on ``backend`` into the
-    store ``out`` (its output in ``out/testbed-run.log``); its wall time and exit code."""
-    cmd = [sys.executable, "-m", "testbed", "run", str(CONTINUUM), "--backend", backend,
-           "--out", str(out)]  # fmt: skip
-    for s in CONTINUUM_SETS:
-        cmd += ["--set", s]
+def run_cli(
+    backend: str, out: Path, spec: Path = CONTINUUM, args: Sequence[str] = CONTINUUM_ARGS
+) -> tuple[float, int]:
+    """``python -m testbed run`` ``spec`` (default: the shortened continuum spec) with
+    ``args`` on ``backend`` into the store ``out`` (its output in
+    ``out/testbed-run.log``); its wall time and exit code."""
+    cmd = [sys.executable, "-m", "testbed", "run", str(spec), "--backend", backend,
+           "--out", str(out), *args]  # fmt: skip
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = dict(os.environ, PYTHONPATH=path)
     out.mkdir(parents=True, exist_ok=True)
@@ -463,6 +478,145 @@ def cmd_continuum(out: Path | None, read: list[str] | None) -> None:
         print(side_by_side(figs["local"], figs["docker"]))
 
 
+GAIA = ROOT / "experiments" / "gaia.yaml"
+
+
+def gaia_spec(seeds: int, duration_s: float) -> str:
+    """experiments/gaia.yaml under the ``gaia`` policy alone, ``seeds`` repetitions."""
+    import yaml
+
+    raw = yaml.safe_load(GAIA.read_text())
+    raw.pop("sweep", None)
+    raw["name"], raw["repetitions"] = "gaia-parity", seeds
+    raw["workload"]["functions"].update(policy="gaia", duration_s=duration_s)
+    return yaml.safe_dump(raw, sort_keys=False)
+
+
+def function_rows(stores: dict[str, RunStore]) -> list[str]:
+    """A markdown table: per function and over all requests, each backend's figures
+    (mean ± sample std over its completed runs' seeds, then each seed)."""
+    from testbed.functions.report import figures_of
+    from testbed.functions.seeds import fmt_seeds
+    from testbed.stats import fmt_mean_std
+
+    def cell(values: list[float | None]) -> str:
+        return f"{fmt_mean_std(values)} ({fmt_seeds(values)})"
+
+    runs = {
+        b: sorted(
+            (figures_of(st, r) for r in st.runs() if r.status == "completed"),
+            key=lambda f: f.seed,
+        )
+        for b, st in stores.items()
+    }
+    head = " | ".join(f"{b} (seeds {', '.join(str(r.seed) for r in rs)})" for b, rs in runs.items())
+    lines = [f"| function | figure | {head} |", "|---|---|" + "---|" * len(runs)]
+    metrics = ("attain_pct", "p95_ms", "promotions", "demotions")
+    for name in next(iter(runs.values()))[0].functions:
+        for m in metrics:
+            cells = " | ".join(cell([r.fn(name, m) for r in rs]) for rs in runs.values())
+            lines.append(f"| {name} | {m} | {cells} |")
+    cells = " | ".join(cell([r.total("attain_pct") for r in rs]) for rs in runs.values())
+    lines.append(f"| all requests | attain_pct | {cells} |")
+    return lines
+
+
+def seeded_parity(
+    name: str,
+    text: str,
+    spec_dir: Path,
+    rows: Callable[[dict[str, RunStore]], list[str]],
+    out: Path | None,
+    read: list[str] | None,
+) -> None:
+    """Run the spec ``text`` (its seeds as repetitions) on local then docker, each into
+    a store of its own under ``out`` (default: a temp dir), or read stores already made
+    (``read``: local, docker); print ``rows`` of both stores."""
+    if read:
+        print("\n".join(rows(dict(zip(("local", "docker"), map(RunStore, read), strict=True)))))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        root = out or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        spec = root / f"{name}.yaml"
+        spec.write_text(text)
+        for backend in ("local", "docker"):
+            print(f"[{load()}] {spec.name} on {backend} ...", flush=True)
+            wall, rc = run_cli(backend, root / backend, spec, ("--spec-dir", str(spec_dir)))
+            print(f"  {backend}: exit {rc}, {wall:.1f} s  [{load()}]", flush=True)
+        print("\n".join(rows({b: RunStore(root / b) for b in ("local", "docker")})))
+
+
+def cmd_functions(seeds: int, duration_s: float, out: Path | None, read: list[str] | None) -> None:
+    """Run the gaia functions spec on local then docker (or read stores already made)
+    and print the per-function table."""
+    text = gaia_spec(seeds, duration_s)
+    seeded_parity("gaia-parity", text, GAIA.parent, function_rows, out, read)
+
+
+OFFLOAD = ROOT / "experiments" / "semantic_offload.yaml"
+
+
+def offload_spec(seeds: int, requests: int, train_steps: int) -> str:
+    """experiments/semantic_offload.yaml, ``seeds`` repetitions, ``requests`` inferences
+    per device and scheme, ``train_steps`` training steps per scheme."""
+    import yaml
+
+    raw = yaml.safe_load(OFFLOAD.read_text())
+    raw["name"], raw["repetitions"] = "offload-parity", seeds
+    so = raw["workload"]["semantic_offload"]
+    so["requests"] = requests
+    so["model"]["quick_train_steps"] = train_steps
+    return yaml.safe_dump(raw, sort_keys=False)
+
+
+def offload_rows(stores: dict[str, RunStore]) -> list[str]:
+    """A markdown table: per scheme, each backend's task accuracy (mean of the K tasks)
+    and median end-to-end time of an inference, mean ± sample std over the seeds, then
+    each seed; and the gap of the means."""
+    from testbed.functions.seeds import fmt_seeds
+    from testbed.stats import fmt_mean_std
+
+    runs = {
+        b: sorted((r for r in st.runs() if r.status == "completed"), key=lambda r: r.seed or 0)
+        for b, st in stores.items()
+    }
+
+    def offload(r: Any) -> dict[str, Any]:  # (alone, the run's summary is the workload's)
+        s = r.summary_dict
+        return dict(s.get("workloads", {}).get("semantic_offload", s))
+
+    def figure(r: Any, scheme: str, what: str) -> float | None:
+        one = offload(r).get("schemes", {}).get(scheme, {})
+        if what == "accuracy":
+            acc = one.get("accuracy") or {}
+            return statistics.mean(acc.values()) if acc else None
+        e2e = one.get("e2e_s")
+        return None if e2e is None else 1000.0 * e2e
+
+    head = " | ".join(f"{b} (seeds {', '.join(str(r.seed) for r in rs)})" for b, rs in runs.items())
+    lines = [f"| scheme | figure | {head} | gap of means |", "|---|---|" + "---|" * (len(runs) + 1)]
+    first = next(iter(runs.values()))
+    schemes = list(offload(first[0]).get("schemes", {})) if first else []
+    for scheme in schemes:
+        for what in ("accuracy", "e2e_ms"):
+            vals = {b: [figure(r, scheme, what) for r in rs] for b, rs in runs.items()}
+            cells = " | ".join(f"{fmt_mean_std(v, 3)} ({fmt_seeds(v, 3)})" for v in vals.values())
+            means = [statistics.mean(x for x in v if x is not None) for v in vals.values()
+                     if any(x is not None for x in v)]  # fmt: skip
+            gap = f"{abs(means[0] - means[-1]):.3f}" if len(means) == 2 else "-"
+            lines.append(f"| {scheme} | {what} | {cells} | {gap} |")
+    return lines
+
+
+def cmd_offload(seeds: int, requests: int, steps: int, out: Path | None,
+                read: list[str] | None) -> None:  # fmt: skip
+    """Run the semantic offload spec on local then docker (or read stores already made)
+    and print the per-scheme table."""
+    text = offload_spec(seeds, requests, steps)
+    seeded_parity("offload-parity", text, OFFLOAD.parent, offload_rows, out, read)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -481,8 +635,25 @@ def main() -> None:
     co.add_argument("--out", type=Path, help="keep both run stores here (default: a temp dir)")
     co.add_argument("--read", nargs=2, metavar=("LOCAL_STORE[:RUN]", "DOCKER_STORE[:RUN]"),
                     help="print runs already made, run nothing")  # fmt: skip
+    fn = sub.add_parser("functions", help="gaia.yaml's functions (gaia policy), local vs docker")
+    fn.add_argument("--seeds", type=int, default=3)
+    fn.add_argument("--duration", type=float, default=40.0, help="s of load per run")
+    fn.add_argument("--out", type=Path, help="keep both run stores here (default: a temp dir)")
+    fn.add_argument("--read", nargs=2, metavar=("LOCAL_STORE", "DOCKER_STORE"),
+                    help="print stores already made, run nothing")  # fmt: skip
+    so = sub.add_parser("offload", help="semantic_offload.yaml, local vs docker, by seed")
+    so.add_argument("--seeds", type=int, default=3)
+    so.add_argument("--requests", type=int, default=40, help="per device and scheme")
+    so.add_argument("--train-steps", type=int, default=150, help="per scheme")
+    so.add_argument("--out", type=Path, help="keep both run stores here (default: a temp dir)")
+    so.add_argument("--read", nargs=2, metavar=("LOCAL_STORE", "DOCKER_STORE"),
+                    help="print stores already made, run nothing")  # fmt: skip
     args = ap.parse_args()
-    if args.cmd == "start":
+    if args.cmd == "offload":
+        cmd_offload(args.seeds, args.requests, args.train_steps, args.out, args.read)
+    elif args.cmd == "functions":
+        cmd_functions(args.seeds, args.duration, args.out, args.read)
+    elif args.cmd == "start":
         cmd_start(args.sizes)
     elif args.cmd == "fleet":
         cmd_fleet(args.sizes)

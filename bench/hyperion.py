@@ -12,7 +12,9 @@ utilisation, and the partition's *modelled* one-request latency.
     python bench/hyperion.py --report --json runs/hyperion.json
 
 ``--label`` tags a pass (e.g. two passes at one rate under different host loads) and
-``--report --label`` prints that pass alone.
+``--report --label`` prints that pass alone. ``--time-dilation`` overrides the
+experiment's ``time_dilation`` (``auto`` or a factor; 1: the fast profiles at this
+host's speed); each result records the run's TDF and the report has a row per TDF.
 """
 
 from __future__ import annotations
@@ -42,13 +44,17 @@ FAULTS = [  # a stage node crash mid-run, then a degraded fog-cloud link
 ]  # fmt: skip
 
 
-def one(policy: str, rate: float, seed: int, faults: bool, duration: float) -> dict[str, Any]:
-    sets = [
+def one(
+    policy: str, rate: float, seed: int, faults: bool, duration: float, tdf: str | None = None
+) -> dict[str, Any]:
+    sets: list[tuple[str, Any]] = [
         ("workload.llm_pipeline.policy", policy),
         ("workload.llm_pipeline.arrivals.rate_rps", rate),
         ("workload.llm_pipeline.duration_s", duration),
         ("seed", seed),
     ]
+    if tdf is not None:
+        sets.append(("time_dilation", tdf))
     exp = load_spec(ROOT / "experiments" / "hyperion.yaml", sets)
     exp = exp.model_copy(update={"sweep": exp.sweep.model_copy(update={"grid": {}})})
     if faults:
@@ -59,12 +65,13 @@ def one(policy: str, rate: float, seed: int, faults: bool, duration: float) -> d
         store = RunStore(Path(tmp) / "runs")
         res = run_experiment(exp, store)
         rows = store.tagged_metrics(res.run_id)
+        run_tdf = store.time_dilation(res.run_id)
         events = [json.loads(e.data or "{}") for e in store.events(res.run_id)
                   if e.kind == "llm_partition"]  # fmt: skip
         batches = [json.loads(e.data or "{}") for e in store.events(res.run_id)
                    if e.kind == "llm_gpipe_batches"]  # fmt: skip
     util = [r.value or 0.0 for r in rows if r.name == "llm_utilisation"]
-    out = {"policy": policy, "rate_rps": rate, "seed": seed, "faults": faults,
+    out = {"policy": policy, "rate_rps": rate, "seed": seed, "faults": faults, "tdf": run_tdf,
            "status": res.status, **res.summary,
            "mean_utilisation": statistics.mean(util) if util else None,
            "cuts": [e["cut"] for e in events],
@@ -86,20 +93,27 @@ def cell(rs: list[dict[str, Any]], key: str, nd: int = 0) -> str:
     return fmt_mean_std(vals, nd, sep=" +- ", empty="n/a")
 
 
+def tdf_of(r: dict[str, Any]) -> float:
+    """A result's time-dilation factor (results stored before TDF existed: 1)."""
+    return float(r.get("tdf") or 1.0)
+
+
 def report(results: list[dict[str, Any]]) -> str:
     lines = [
-        "| faults | rate rps | policy | seeds | short p50 ms | short p95 ms | long p50 ms | "
+        "| faults | TDF | rate rps | policy | seeds | short p50 ms | short p95 ms | long p50 ms | "
         "long p95 ms | throughput rps | failed attempts | mean util | modelled latency ms "
         "(per replica) | routes (seed of the first run) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    keys = sorted({(r["faults"], r["rate_rps"], r["policy"]) for r in results},
-                  key=lambda k: (k[0], k[1], POLICIES.index(k[2])))  # fmt: skip
-    for f, rate, pol in keys:
-        rs = [r for r in results if (r["faults"], r["rate_rps"], r["policy"]) == (f, rate, pol)]
+    keys = sorted({(r["faults"], tdf_of(r), r["rate_rps"], r["policy"]) for r in results},
+                  key=lambda k: (k[0], k[1], k[2], POLICIES.index(k[3])))  # fmt: skip
+    for f, tdf, rate, pol in keys:
+        key = (f, tdf, rate, pol)
+        rs = [r for r in results if (r["faults"], tdf_of(r), r["rate_rps"], r["policy"]) == key]
         modelled = ", ".join(f"{m:.0f}" for m in rs[0]["modelled_latency_ms"])
         lines.append(
-            f"| {'yes' if f else 'no'} | {rate:g} | {pol} | {sorted(r['seed'] for r in rs)} | "
+            f"| {'yes' if f else 'no'} | {tdf:g} | {rate:g} | {pol} | "
+            f"{sorted(r['seed'] for r in rs)} | "
             f"{cell(rs, 'short_p50_ms')} | {cell(rs, 'short_p95_ms')} | "
             f"{cell(rs, 'long_p50_ms')} | {cell(rs, 'long_p95_ms')} | "
             f"{cell(rs, 'throughput_rps', 2)} | {cell(rs, 'failed_attempts')} | "
@@ -110,16 +124,17 @@ def report(results: list[dict[str, Any]]) -> str:
 
 
 def paired(results: list[dict[str, Any]]) -> str:
-    """Hyperion's short/long p50 against each baseline's, seed by seed (same rate, no
-    faults): ``1 - hyperion / baseline`` in %, mean +- std over the seeds run by both
-    (negative: the baseline was faster)."""
-    lines = ["| rate rps | baseline | seeds | short p50: Hyperion lower by % | "
-             "long p50: Hyperion lower by % |", "|---|---|---|---|---|"]  # fmt: skip
+    """Hyperion's short/long p50 against each baseline's, seed by seed (same TDF and
+    rate, no faults): ``1 - hyperion / baseline`` in %, mean +- std over the seeds run by
+    both (negative: the baseline was faster)."""
+    lines = ["| TDF | rate rps | baseline | seeds | short p50: Hyperion lower by % | "
+             "long p50: Hyperion lower by % |", "|---|---|---|---|---|---|"]  # fmt: skip
     plain = [r for r in results if not r["faults"]]
-    for rate in sorted({r["rate_rps"] for r in plain}):
-        hyp = {r["seed"]: r for r in plain if r["rate_rps"] == rate and r["policy"] == "hyperion"}
+    for tdf, rate in sorted({(tdf_of(r), r["rate_rps"]) for r in plain}):
+        same = [r for r in plain if (tdf_of(r), r["rate_rps"]) == (tdf, rate)]
+        hyp = {r["seed"]: r for r in same if r["policy"] == "hyperion"}
         for base in POLICIES[1:]:
-            other = {r["seed"]: r for r in plain if r["rate_rps"] == rate and r["policy"] == base}
+            other = {r["seed"]: r for r in same if r["policy"] == base}
             seeds = sorted(set(hyp) & set(other))
             if not seeds:
                 continue
@@ -129,7 +144,7 @@ def paired(results: list[dict[str, Any]]) -> str:
                          if hyp[s].get(key) and other[s].get(key)]  # fmt: skip
                 each = ", ".join(f"{g:+.0f}" for g in gains)
                 cells.append(f"{fmt_mean_std(gains, 0, sep=' +- ', empty='n/a')} ({each})")
-            lines.append(f"| {rate:g} | {base} | {seeds} | {cells[0]} | {cells[1]} |")
+            lines.append(f"| {tdf:g} | {rate:g} | {base} | {seeds} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 
 
@@ -140,6 +155,7 @@ def main() -> int:
     ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
     ap.add_argument("--duration", type=float, default=30.0)
     ap.add_argument("--faults", action="store_true", help="crash fog-b at 10 s, degrade cloud")
+    ap.add_argument("--time-dilation", help="override time_dilation: auto or a factor (1: none)")
     ap.add_argument("--json", type=Path, default=Path("runs/hyperion.json"))
     ap.add_argument("--report", action="store_true", help="print the table of --json")
     ap.add_argument("--label", help="stored with each run; --report: only runs with it")
@@ -151,9 +167,10 @@ def main() -> int:
     for rate in args.rates:
         for seed in args.seeds:
             for pol in args.policies:
-                r = {**one(pol, rate, seed, args.faults, args.duration), "label": args.label}
+                r = {**one(pol, rate, seed, args.faults, args.duration, args.time_dilation),
+                     "label": args.label}  # fmt: skip
                 print(json.dumps({k: r.get(k) for k in ("policy", "rate_rps", "seed",
-                      "short_p50_ms", "short_p95_ms", "long_p50_ms", "failed_attempts",
+                      "tdf", "short_p50_ms", "short_p95_ms", "long_p50_ms", "failed_attempts",
                       "load_1min")}), flush=True)  # fmt: skip
                 results.append(r)
                 args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,8 @@ Testbed: ``run_experiment`` on the local backend (warm executor), once with
 ``workload.fl.protocol_timing: flower`` (Flower's own 3 s polling) and once with
 ``fast`` (the shim of ``nodes/fl/timing.py``). Same Flower app, same spec
 (experiments/quickstart.yaml unless --spec), same seed. Round time is the ServerApp's
-own ``round_duration_s`` (configure_train -> aggregate_train) in all three.
+own ``round_duration_s`` (the Grid observer's: first train message pushed -> the
+round's ``send_and_receive`` returned) in all three.
 
 Prints median round time, wall time, final accuracy, the clients' median training time
 per round, and peak RSS and PSS per client node (whole process tree, from

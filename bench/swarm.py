@@ -47,6 +47,9 @@ workload:
 """
 
 
+BACKENDS = ("docker", "swarm")
+
+
 def load() -> str:
     one, five, _ = os.getloadavg()
     return f"load {one:.2f} (1 min) {five:.2f} (5 min) on {os.cpu_count()} CPUs"
@@ -56,7 +59,11 @@ def measure(n: int, backend: str, work: Path) -> dict[str, object]:
     """One run of the N-node spec on ``backend``: ready time, median round, statuses."""
     spec = SPEC.format(n=n, half_a=max(1, n // 2), half_b=max(1, n - n // 2))
     store = RunStore(work / f"{backend}-{n}")
-    res = run_experiment(parse_spec(spec), store, backend=backend)
+    try:
+        res = run_experiment(parse_spec(spec), store, backend=backend)
+    except RuntimeError as e:  # the fleet did not start: a figure too (the limit)
+        print(f"N={n} {backend}: did not start: {e}", flush=True)
+        return {"status": "did not start", "reason": str(e).splitlines()[0]}
     if res.status == "interrupted":  # (Ctrl-C: the run recorded it; stop the benchmark)
         raise KeyboardInterrupt
     events = store.events(res.run_id)
@@ -69,8 +76,15 @@ def measure(n: int, backend: str, work: Path) -> dict[str, object]:
         if m.value is not None and m.node is None
     ]
     statuses = Counter(s for _r, _n, s, _w in store.round_status(res.run_id))
+    why = {}
+    if res.status != "completed":  # (the run folder goes with the temporary directory)
+        why = {"reason": res.summary.get("reason"), "cause": res.summary.get("cause")}
+    # SuperNodes the ServerApp found online before round 1 (Flower's sampling pool)
+    connected = next((json.loads(e.data) for e in events if e.kind == "fleet_connected"), {})
     return {
+        **why,
         "status": res.status,
+        "connected": connected.get("connected"),
         "ready_s": ts["fleet_ready"] - ts["fleet_starting"] - loads,
         "image_load_s": loads,
         "round_s": statistics.median(rounds) if rounds else float("nan"),
@@ -81,19 +95,27 @@ def measure(n: int, backend: str, work: Path) -> dict[str, object]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sizes", type=int, nargs="+", help="client nodes (split over A and B)")
+    ap.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS),
+                    help="run only these (e.g. swarm: its limit without the one-engine "
+                    "run first)")  # fmt: skip
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="swarm-bench-") as tmp:
         for n in args.sizes:
-            got = {b: measure(n, b, Path(tmp)) for b in ("docker", "swarm")}
+            got = {b: measure(n, b, Path(tmp)) for b in args.backends}
             rows.append((n, got))
             print(f"N={n}: {got} ({load()})", flush=True)
     print(f"\nmeasured {load()}; both engines on this host")
+    if len(args.backends) == 1:
+        return  # (no ratios: the runs above are the figures)
     print("| clients | ready docker s | ready swarm s | ratio | round docker s | round swarm s"
           " | ratio | swarm statuses |")
     print("|---|---|---|---|---|---|---|---|")
     for n, got in rows:
         d, s = got["docker"], got["swarm"]
+        if "ready_s" not in d or "ready_s" not in s:
+            print(f"| {n} | {d['status']} | {s['status']} | | | | | |")
+            continue
         print(
             f"| {n} | {d['ready_s']:.1f} | {s['ready_s']:.1f} | "
             f"{s['ready_s'] / d['ready_s']:.2f} | {d['round_s']:.1f} | {s['round_s']:.1f} | "

@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar, cast
 
@@ -104,15 +105,30 @@ class Registry(Generic[T]):
         self._paths: dict[str, str] = {}  # name -> dotted path, imported on first use
         self._validate = validate
         self._builtins = builtins  # the package still to import (None once imported)
+        # the built-ins are imported once, by one thread, while the others wait: a
+        # lookup from a second thread used to find the package marked imported while the
+        # first was still importing it (two workloads of one run, each in its thread)
+        self._discovery = threading.RLock()
+        self._discovering = False
 
     def _discover(self) -> None:
-        """Import every module of the built-ins' package once (they register themselves)."""
-        package, self._builtins = self._builtins, None
-        if package is None:
+        """Import every module of the built-ins' package once (they register themselves);
+        another thread's lookup waits until they all have, a lookup made while they are
+        being imported (by the importing thread itself) does not wait."""
+        if self._builtins is None:
             return
-        path = importlib.import_module(package).__path__
-        for module in pkgutil.iter_modules(path):
-            importlib.import_module(f"{package}.{module.name}")
+        with self._discovery:
+            package = self._builtins
+            if package is None or self._discovering:
+                return
+            self._discovering = True
+            try:
+                path = importlib.import_module(package).__path__
+                for module in pkgutil.iter_modules(path):
+                    importlib.import_module(f"{package}.{module.name}")
+                self._builtins = None
+            finally:
+                self._discovering = False
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: register the hook under ``name``."""

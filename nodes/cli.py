@@ -40,6 +40,9 @@ def node_supernode(
     ready_file: Annotated[str | None, typer.Option(help="written once warmed up")] = None,
     memory_mb: Annotated[int | None, typer.Option(help="memory cap of the node, MB")] = None,
     cpus: Annotated[str | None, typer.Option(help="pin to these CPUs, e.g. 0,1")] = None,
+    nice: Annotated[
+        int | None, typer.Option(min=0, max=19, help="scheduling priority of the node")
+    ] = None,
 ) -> None:
     """Run this node as a SuperNode (client) with the warm executor."""
     from nodes.agent import run_supernode
@@ -62,6 +65,7 @@ def node_supernode(
             ready_file=ready_file,
             memory_mb=memory_mb,
             cpus=cpu_list,
+            nice=nice,
         )
     )
 

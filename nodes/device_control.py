@@ -2,8 +2,9 @@
 
 A node's compute runs at this host's speed; :func:`stretch` then waits so that the
 node's wall time equals the emulated device time ``work / speed_factor * slowdown``
-(both are recorded), ``work`` the step's measured CPU time where the caller has it
-(FL training: single-threaded, so the thread's CPU time), else its wall time. The
+(times the run's time-dilation factor, :mod:`kernel.dilation`; both are recorded),
+``work`` the step's measured CPU time where the caller has it (FL training:
+single-threaded, so the thread's CPU time), else its wall time. The
 control plane changes a node's behaviour live (straggler
 slowdown, misconfiguration) by writing a small JSON control file that the ClientApp
 reads at every task.
@@ -79,7 +80,7 @@ def stretch(
     real_s : float
         Measured wall time of the step on this host, seconds.
     speed_factor : float
-        Device speed relative to this host (0.5 = twice as slow).
+        Device speed relative to this host (0.5 = twice as slow, 2 = twice as fast).
     slowdown : float
         Extra straggler factor.
     cpu_s : float, optional
@@ -92,12 +93,19 @@ def stretch(
     Returns
     -------
     float
-        Emulated device time, seconds (``work / speed_factor * slowdown``, work =
-        ``cpu_s`` or ``real_s``; never less than ``real_s``: a device faster than this
-        host, or than this host under its current load, cannot be emulated by waiting).
+        Emulated device time, seconds: ``work / speed_factor * slowdown`` (work =
+        ``cpu_s`` or ``real_s``). The step lasts that times the run's time-dilation
+        factor on the wall clock (:mod:`kernel.dilation`; 1 without dilation). A device
+        faster than ``TDF`` times this host (or than this host under its current load)
+        cannot be emulated by waiting: the step then took ``real_s / TDF`` emulated
+        seconds, which is returned.
     """
+    from kernel.dilation import tdf
+
+    factor = tdf()
     work = real_s if cpu_s is None else cpu_s
-    device_s = max(real_s, work / speed_factor * slowdown)
-    if device_s > real_s:
-        time.sleep(device_s - real_s)
+    device_s = max(real_s / factor, work / speed_factor * slowdown)
+    wait = device_s * factor - real_s
+    if wait > 0:
+        time.sleep(wait)
     return device_s

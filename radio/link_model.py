@@ -20,10 +20,11 @@ once on this 2-core host, 2026-11-28: 3.8 s for 16 windows of 1,024 blocks, whil
 0.2 s window at 30 m/s holds 1,325 blocks: a window would take longer to compute than it
 lasts). Each of them fails, independently, with the failure share ``p_fail`` that the
 state's own Sionna calibration blocks show at the link-adaptation rate: their failures
-are ``Binomial(N - K, p_fail)``, from the link's seeded generator. Windows are
-independent draws (``update_s`` >> ``T_c`` at any speed above ~0.5 m/s at 28 GHz); a
-channel that outlasts the window (``T_c >= update_s``) is tracked: one realisation kept
-for ``T_c``.
+are ``Binomial(N - K, p_fail)``. Every draw comes from a seeded stream of the link's own
+per radio state (calibration, windows), so a state's link adaptation and its windows do
+not depend on how many windows came before it. Windows are independent draws
+(``update_s`` >> ``T_c`` at any speed above ~0.5 m/s at 28 GHz); a channel that outlasts
+the window (``T_c >= update_s``) is tracked: one realisation kept for ``T_c``.
 
 Per block, the capacity in bit per resource element is the MIMO Shannon capacity without
 transmitter CSI, averaged over subcarriers spread across the allocation::
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import math
 import threading
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,19 +168,23 @@ class RadioLinkModel:
     spec : MmwaveLinkSpec
         Channel, antennas, numerology, SNR or distance, speed, link adaptation.
     seed : int
-        Seed of this link's own torch generator (Sionna's channel models draw from
-        ``sionna.phy.config``: their draws are made under a lock with that generator's
-        state swapped in, so links do not perturb each other or the caller).
+        Seed of this link's own torch generators: one stream per radio state and
+        purpose (its link-adaptation calibration, its windows, a tracked static
+        channel), seeded from ``(seed, purpose, state)``. A state's link adaptation and
+        its windows are therefore the same whenever the state is reached, however many
+        windows came before it (a run on another backend, with other timing, sees the
+        same channel in the same state). Sionna's channel models draw from
+        ``sionna.phy.config``: their draws are made under a lock with the stream's state
+        swapped in, so links do not perturb each other or the caller.
     """
 
     _lock = threading.Lock()  # Sionna's random source is process-wide
 
     def __init__(self, spec: MmwaveLinkSpec, seed: int = 0) -> None:
-        import torch
-
         self.spec = spec
         self.numerology = Numerology(spec.subcarrier_spacing_hz, spec.num_resource_blocks)
-        self._gen_state = torch.Generator().manual_seed(int(seed)).get_state()
+        self._seed = int(seed)
+        self._streams: dict[tuple[str, tuple[float, float]], Any] = {}  # generator states
         self._rates: dict[tuple[float, float], tuple[float, float]] = {}  # (R, p_fail)
         self._static: Any = None  # the channel kept while the coherence time lasts
         self._static_left_s = 0.0
@@ -222,12 +228,28 @@ class RadioLinkModel:
         return self.numerology.symbol_rate_per_s
 
     # -- Sionna ------------------------------------------------------------------------
-    def _draw(self, batch: int, steps: int, speed_mps: float) -> Any:
+    def _stream(self, purpose: str, state: RadioState) -> tuple[str, tuple[float, float]]:
+        """The generator stream of ``purpose`` in ``state`` (created on first use, seeded
+        from the link's seed, the purpose and the state: a stable hash, not Python's)."""
+        import torch
+
+        name = (purpose, state.key)
+        if name not in self._streams:
+            text = f"{self._seed}:{purpose}:{state.key[0]!r}:{state.key[1]!r}"
+            gen = torch.Generator().manual_seed(zlib.crc32(text.encode()))
+            self._streams[name] = gen.get_state()
+        return name
+
+    def _draw(self, batch: int, steps: int, state: RadioState, purpose: str) -> Any:
         """Channel frequency responses [batch, steps, F, M, N] sampled every block time
-        ``max(T_c, slot)`` (every slot for a static UE)."""
+        ``max(T_c, slot)`` (every slot for a static UE), from ``purpose``'s stream of
+        ``state``."""
         import torch
         from sionna.phy import config
         from sionna.phy.channel import cir_to_ofdm_channel
+
+        speed_mps = state.speed_mps
+        stream = self._stream(purpose, state)
 
         gen_model = self._generator(speed_mps)
         tb = self.block_time_s(speed_mps)
@@ -237,11 +259,11 @@ class RadioLinkModel:
         with self._lock:
             rng = config.torch_rng("cpu")
             saved = rng.get_state()
-            rng.set_state(self._gen_state)
+            rng.set_state(self._streams[stream])
             try:
                 a, tau = gen_model(batch, steps, fs)
             finally:
-                self._gen_state = rng.get_state()
+                self._streams[stream] = rng.get_state()
                 rng.set_state(saved)
         h = cir_to_ofdm_channel(freqs, a, tau, normalize=True)  # [B,1,M,1,N,T,F]
         return h[:, 0, :, 0].permute(0, 3, 4, 1, 2)  # [B, T, F, M, N]
@@ -310,7 +332,8 @@ class RadioLinkModel:
         if state.key not in self._rates:
             steps = self.sionna_blocks_per_window(state.speed_mps)
             batch = max(2, self.spec.calibration_blocks // steps)
-            cap = self.block_capacity(self._draw(batch, steps, state.speed_mps), state.snr_db)
+            h = self._draw(batch, steps, state, "calibration")
+            cap = self.block_capacity(h, state.snr_db)
             cap = cap.flatten().double()
             r = max(float(torch.quantile(cap, self.spec.target_bler)), 0.0)
             self._rates[state.key] = (r, float((cap < r).double().mean()))
@@ -338,36 +361,37 @@ class RadioLinkModel:
             cap = self._next_window(state, k)
             failed = float((cap < r).double().sum()) if r > 0 else float(k)
             if n > k:
-                failed += self._binomial(n - k, p_fail if r > 0 else 1.0)
+                failed += self._binomial(n - k, p_fail if r > 0 else 1.0, state)
             ok = 1.0 - failed / n
             return WindowRate(r * overhead * ok, failed / n, n, k, r, tc, state)
         if self._static is None or self._static_left_s <= 0 or self.state != state:
-            self._static = self._draw(1, 1, state.speed_mps)[0]
+            self._static = self._draw(1, 1, state, "static")[0]
             self._static_left_s = tc
         self._static_left_s -= self.spec.update_s
         self.state = state
         r = float(self.block_capacity(self._static, state.snr_db).mean())
         return WindowRate(r * overhead, 0.0, 1, 1, r, tc, state)
 
-    def _binomial(self, count: int, p: float) -> float:
+    def _binomial(self, count: int, p: float, state: RadioState) -> float:
         """Failures among ``count`` i.i.d. blocks of failure probability ``p``, drawn
-        from the link's own seeded generator (the one its Sionna draws use)."""
+        from the state's window stream (the one its windows' Sionna draws use)."""
         import torch
 
+        stream = self._stream("windows", state)
         gen = torch.Generator()
-        gen.set_state(self._gen_state)
+        gen.set_state(self._streams[stream])
         draw = torch.binomial(
             torch.tensor([float(count)]), torch.tensor([min(max(p, 0.0), 1.0)]),
             generator=gen,
         )
-        self._gen_state = gen.get_state()
+        self._streams[stream] = gen.get_state()
         return float(draw[0])
 
     def _next_window(self, state: RadioState, blocks: int) -> Any:
         """Capacities [blocks] of the next window's Sionna blocks (drawn
         ``WINDOWS_PER_DRAW`` windows at a time: one Sionna call per batch of windows)."""
         if self._queue_key != state.key or not self._queue:
-            h = self._draw(WINDOWS_PER_DRAW, blocks, state.speed_mps)
+            h = self._draw(WINDOWS_PER_DRAW, blocks, state, "windows")
             self._queue = list(self.block_capacity(h, state.snr_db))
             self._queue_key = state.key
         return self._queue.pop()

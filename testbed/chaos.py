@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from kernel.dilation import wall
 from testbed.backends.base import Backend, NotStarted
 from testbed.faults import FAULT_KINDS, FaultKind
 from testbed.planner import Plan
@@ -74,8 +75,9 @@ class ChaosEngine:
                 self._fire_before(f, 1)
 
     def later(self, delay_s: float, fn: Callable[[], None]) -> None:
-        """Run ``fn`` from :meth:`tick` once ``delay_s`` seconds have passed."""
-        heapq.heappush(self.timers, (time.time() + delay_s, next(self._seq), fn))
+        """Run ``fn`` from :meth:`tick` once ``delay_s`` emulated seconds have passed
+        (``delay_s`` x the run's time-dilation factor on the wall clock)."""
+        heapq.heappush(self.timers, (time.time() + wall(delay_s), next(self._seq), fn))
 
     def tick(self) -> None:
         """Run due timers and pending live injections (call often)."""

@@ -31,6 +31,13 @@ err_console = Console(stderr=True)
 
 OutOpt = Annotated[Path, typer.Option("--out", help="run store folder")]
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override: key.path=value")]
+AdvertiseOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="swarm: the address the other engines reach this runner at (its proxies "
+        "and the SuperLink; default: the manager's swarm address)"
+    ),
+]
 OversubscribeOpt = Annotated[
     bool,
     typer.Option(
@@ -48,7 +55,7 @@ SpecDirOpt = Annotated[
 def _fail(msg: str) -> typer.Exit:
     from rich.markup import escape  # a message's [brackets] are text, not style tags
 
-    err_console.print(f"[red]error:[/] {escape(msg)}", highlight=False)
+    err_console.print(f"[red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
     return typer.Exit(2)
 
 
@@ -70,7 +77,9 @@ def _fits(
         msg = str(error_at(file, e.path, str(e).removeprefix(f"{e.path}: ")))
         if not oversubscribe:
             raise _fail(msg) from None
-        err_console.print(f"[yellow]--oversubscribe:[/] {escape(msg)}", highlight=False)
+        err_console.print(
+            f"[yellow]--oversubscribe:[/] {escape(msg)}", highlight=False, soft_wrap=True
+        )
 
 
 @app.command()
@@ -82,6 +91,7 @@ def validate(
         str, typer.Option(help="check the spec against this backend (as `run` does)")
     ] = "local",
     oversubscribe: OversubscribeOpt = False,
+    advertise_addr: AdvertiseOpt = None,
 ) -> None:
     """Validate an experiment file; print every error with its path and line.
 
@@ -96,7 +106,8 @@ def validate(
     file = runner_path(file)  # (a host path, read from a compose container's /host)
     try:
         runs = expand(file, parse_set(set_ or []), spec_dir)
-        cls = preflight(backend, [e for _a, e in runs], _options(False, oversubscribe), host=False)
+        options = _options(False, oversubscribe, advertise_addr)
+        cls = preflight(backend, [e for _a, e in runs], options, host=False)
     except (SpecError, ValueError) as e:
         raise _fail(str(e)) from None
     _fits(file, [e for _a, e in runs], backend, oversubscribe=oversubscribe)
@@ -105,7 +116,7 @@ def validate(
         f"[green]ok[/] {file}: experiment {exp.name!r}, {len(runs)} configuration(s)"
         f" x {exp.repetitions} repetition(s)"
     )
-    for line in cls.notes([e for _a, e in runs], _options(False, oversubscribe)):
+    for line in cls.notes([e for _a, e in runs], options):
         console.print(f"[yellow]note:[/] {line}", highlight=False)
     why = cls.unavailable()  # the spec is valid; is this machine ready to run it now?
     if why is not None:
@@ -130,6 +141,7 @@ def run(
     ] = None,
     spec_dir: SpecDirOpt = None,
     oversubscribe: OversubscribeOpt = False,
+    advertise_addr: AdvertiseOpt = None,
     item: Annotated[int | None, typer.Option(hidden=True)] = None,
     sweep_id: Annotated[str | None, typer.Option(hidden=True)] = None,
 ) -> None:
@@ -150,7 +162,8 @@ def run(
     try:
         items = sweep_items(expand(file, parse_set(set_ or []), spec_dir))
         # as validate, before recording; --cold where a backend has no cold start: refused
-        preflight(backend, [it.experiment for it in items], _options(cold, oversubscribe))
+        options = _options(cold, oversubscribe, advertise_addr)
+        preflight(backend, [it.experiment for it in items], options)
     except (SpecError, ValueError) as e:
         raise _fail(str(e)) from None
     if parallel < 1:
@@ -177,21 +190,24 @@ def run(
         try:
             counts = run_parallel(
                 *(file, items, sweep, out, parallel, set_ or [], backend, console, spec_dir),
-                *(cold, oversubscribe),
+                *(cold, oversubscribe, advertise_addr),
             )
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/]: runs stopped and marked interrupted")
             raise typer.Exit(130) from None
         console.print(f"sweep {sweep}: {counts}; report: testbed report {sweep} --out {out}")
         raise typer.Exit(1 if counts["failed"] else 0)
-    _run_items(file, items, sweep, out, backend, _options(cold, oversubscribe))
+    _run_items(file, items, sweep, out, backend, options)
 
 
-def _options(cold: bool, oversubscribe: bool = False) -> dict[str, Any]:
+def _options(
+    cold: bool, oversubscribe: bool = False, advertise: str | None = None
+) -> dict[str, Any]:
     """The backend options of ``testbed run``'s flags (``--cold``: ``warm=False``;
-    ``--oversubscribe``: ``oversubscribe=True``); a backend that does not take one
-    refuses it (:func:`testbed.backends.check_options`)."""
+    ``--oversubscribe``: ``oversubscribe=True``; ``--advertise-addr``: ``advertise``); a
+    backend that does not take one refuses it (:func:`testbed.backends.check_options`)."""
     out: dict[str, Any] = {"warm": False} if cold else {}
+    out.update({"advertise": advertise} if advertise else {})
     return {**out, "oversubscribe": True} if oversubscribe else out
 
 
@@ -244,7 +260,7 @@ def _run_items(
         err_console.print("[yellow]interrupted[/]: fleet stopped, run marked interrupted")
         raise typer.Exit(130) from None
     except Exception as e:  # a run failed: record kept, say so plainly
-        err_console.print(f"[red]run failed:[/] {type(e).__name__}: {e}")
+        err_console.print(f"[red]run failed:[/] {type(e).__name__}: {e}", soft_wrap=True)
         raise typer.Exit(1) from None
     if sweep and len(items) > 1:
         console.print(f"sweep {sweep}: {len(results)} run(s) this time, store {store.path}")

@@ -33,13 +33,13 @@ def resume(
     try:
         res = resume_run(store, run_id, ConsoleObserver(console))
     except ResumeError as e:
-        err_console.print(f"[red]error:[/] {e}", highlight=False)
+        err_console.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]: fleet stopped, run marked interrupted")
         raise typer.Exit(130) from None
     except Exception as e:  # the resumed attempt failed: record kept, say so plainly
-        err_console.print(f"[red]run failed:[/] {type(e).__name__}: {e}")
+        err_console.print(f"[red]run failed:[/] {type(e).__name__}: {e}", soft_wrap=True)
         raise typer.Exit(1) from None
     if res.status != "completed":
         raise typer.Exit(1)

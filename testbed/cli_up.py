@@ -45,7 +45,7 @@ def controller(
     try:
         check_bind(host, token)
     except ValueError as e:
-        err_console.print(f"[red]error:[/] {e}", highlight=False)
+        err_console.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     console.print(f"controller on http://{host}:{port} (API docs: http://{host}:{port}/docs)")
     serve(out, experiments, host, port, token)
@@ -106,7 +106,7 @@ def up(
     try:
         check_bind(host, token)
     except ValueError as e:
-        err_console.print(f"[red]error:[/] {e}", highlight=False)
+        err_console.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
     def interrupt(_signum: int, _frame: object) -> None:
@@ -146,7 +146,7 @@ def up(
         for p in reversed(procs):
             _stop(p, 90)
     if failure:
-        err_console.print(f"[red]error:[/] {failure}")
+        err_console.print(f"[red]error:[/] {failure}", soft_wrap=True)
         raise typer.Exit(1)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -16,8 +17,46 @@ import psutil
 Popen: TypeAlias = subprocess.Popen[bytes]
 
 
+#: Where :func:`free_port` picks listening ports when the kernel's ephemeral range
+#: leaves room below it (the range's own lower bound is used as the end). It starts above
+#: Ray's default ports (client server 10001, workers 10002-19999): ``ray start --port=P``
+#: refuses a P in its worker range, and a Ray worker may bind any port there.
+LISTEN_PORTS = (20000, 32768)
+_given: set[int] = set()  # ports this process handed out (never twice)
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' local ports (Linux default)."""
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now (the kernel picks it)."""
+    """A TCP port free now on this host, for a server to listen on later.
+
+    Picked at random **below the kernel's ephemeral range**, never twice in this
+    process: a port the kernel picks for ``bind(0)`` comes from the range it also gives
+    to every outgoing connection, and on a busy host (48 node containers on the host
+    network dialling their SuperLink) such a connection took a node's port between the
+    pick and the node's bind (``[Errno 98] address already in use``: the node's start
+    failed). Falls back to the kernel's pick when no port there is free.
+    """
+    pick = random.SystemRandom().randrange  # (not the seeded global: sweeps' children)
+    lo, end = LISTEN_PORTS[0], min(LISTEN_PORTS[1], ephemeral_range()[0])
+    for _ in range(200 if end - lo > 1000 else 0):
+        port = pick(lo, end)
+        if port in _given:
+            continue
+        try:
+            with socket.socket() as s:
+                s.bind(("0.0.0.0", port))  # (free on every address: also 127.0.0.1's)
+        except OSError:
+            continue
+        _given.add(port)
+        return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -37,8 +76,9 @@ def wait_port(
     timeout_s: float = 30.0,
     proc: Popen | None = None,
     netns: str | None = None,
+    host: str = "127.0.0.1",
 ) -> None:
-    """Wait until something listens on ``127.0.0.1:port`` (inside ``netns`` if given);
+    """Wait until something listens on ``host:port`` (inside ``netns`` if given);
     raise if ``proc`` dies first."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -48,10 +88,26 @@ def wait_port(
             )
         with _socket(netns) as s:
             s.settimeout(0.2)
-            if s.connect_ex(("127.0.0.1", port)) == 0:
+            if s.connect_ex((host, port)) == 0:
                 return
         time.sleep(0.02)
-    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout_s:.0f} s")
+    raise TimeoutError(f"nothing listening on {host}:{port} after {timeout_s:.0f} s")
+
+
+def log_tail(path: Path, lines: int = 6, width: int = 300) -> str:
+    """The last ``lines`` non-empty lines of the log at ``path`` (each cut to ``width``
+    characters), for an error that says why a process ended; says so if there is none."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return f"no log at {path}"
+    last = [ln[:width] for ln in text.splitlines() if ln.strip()][-lines:]
+    if not last:
+        return f"{path} is empty"
+    return f"the end of {path}:\n  " + "\n  ".join(last)
 
 
 def terminate_then_kill(procs: list[psutil.Process], grace_s: float) -> None:

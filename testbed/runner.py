@@ -137,14 +137,17 @@ def execute(ctx: RunContext) -> RunResult:
     On the local backend a watchdog process reaps the fleet if this process is killed
     (:mod:`testbed.reaper`). Ctrl-C marks the run ``interrupted`` and re-raises.
     """
+    from kernel.dilation import dilated
     from testbed.reaper import Watchdog
 
     store, run_id = ctx.store, ctx.run_id
     watchdog = Watchdog(ctx.run_dir, run_id) if ctx.backend == "local" else None
     t0 = time.time()
     status, summary = "failed", {}
+    tdf = time_dilation(ctx)
     try:
-        summary = run_workloads(ctx)
+        with dilated(tdf):  # the run's processes and links read the factor
+            summary = run_workloads(ctx)
         status = summary.pop("status", "completed")
     except KeyboardInterrupt:
         status, summary = "interrupted", {"reason": "interrupted by user (Ctrl-C)"}
@@ -155,6 +158,8 @@ def execute(ctx: RunContext) -> RunResult:
         raise
     finally:
         summary["wall_s"] = time.time() - t0
+        if tdf != 1.0:  # what the run's figures are in: emulated time = wall / TDF
+            summary["time_dilation"] = {"tdf": tdf, "emulated_s": summary["wall_s"] / tdf}
         try:  # the watchdog stopped and leftovers reaped before the status says "ended"
             if watchdog is not None:
                 _reap_leftovers(ctx, watchdog)
@@ -167,6 +172,21 @@ def execute(ctx: RunContext) -> RunResult:
         if ctx.observer:
             ctx.observer.finished(result)
     return result
+
+
+def time_dilation(ctx: RunContext) -> float:
+    """The run's time-dilation factor (:mod:`testbed.dilation`), recorded first (a
+    ``time_dilation`` event: the store then keeps clock metrics in emulated time); 1
+    on a backend with a virtual clock (simulation), or without dilation."""
+    from testbed.backends import get_backend
+    from testbed.dilation import resolve
+
+    if not get_backend(ctx.backend).dilates_time:
+        return 1.0
+    d = resolve(ctx.experiment)
+    if d.tdf == 1.0:
+        return 1.0
+    return ctx.store.set_time_dilation(ctx.run_id, **d.record())
 
 
 def run_workloads(ctx: RunContext) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from kernel.dilation import CLOCK_METRICS
 from testbed.rows import (
     EventRow,
     InjectionRow,
@@ -131,6 +132,7 @@ class RunStore:
     def __init__(self, root: str | Path = "runs", workload: str | None = None) -> None:
         self.root = Path(root)
         self.workload = workload
+        self._tdf: dict[str, float] = {}  # run -> time-dilation factor (read once)
         self.root.mkdir(parents=True, exist_ok=True)
         self.path = self.root / "testbed.db"
         self._db = sqlite3.connect(
@@ -269,7 +271,11 @@ class RunStore:
         tags: dict[str, Any] | None = None,
     ) -> None:
         """One metric value; ``tags`` (JSON) qualify it (e.g. scheme, SNR, kind); the row
-        is tagged with this connection's workload (:meth:`tagged`)."""
+        is tagged with this connection's workload (:meth:`tagged`). A metric measured on
+        the run's clock (:data:`kernel.dilation.CLOCK_METRICS`) is recorded in emulated
+        time: divided by the run's time-dilation factor (its ``time_dilation`` event)."""
+        if name in CLOCK_METRICS:
+            value = float(value) / self.time_dilation(run_id)
         self._db.execute(
             "INSERT INTO metrics (run_id, ts, round, node, name, value, tags, workload)"
             " VALUES (?,?,?,?,?,?,?,?)",
@@ -284,6 +290,29 @@ class RunStore:
                 self.workload,
             ),
         )
+
+    def time_dilation(self, run_id: str) -> float:
+        """The run's time-dilation factor (its first ``time_dilation`` event; 1 without
+        one), read once per connection."""
+        cache = self._tdf
+        if run_id not in cache:
+            row = self._db.execute(
+                "SELECT data FROM events WHERE run_id=? AND kind='time_dilation' ORDER BY id"
+                " LIMIT 1",
+                (run_id,),
+            ).fetchone()
+            cache[run_id] = float(json.loads(row[0])["tdf"]) if row else 1.0
+        return float(cache[run_id])
+
+    def set_time_dilation(self, run_id: str, **record: Any) -> float:
+        """Record the run's time dilation (a ``time_dilation`` event with ``tdf``) unless
+        it has one (a resumed run keeps its first); return the factor in force."""
+        self._tdf.pop(run_id, None)
+        if not self._db.execute(
+            "SELECT 1 FROM events WHERE run_id=? AND kind='time_dilation'", (run_id,)
+        ).fetchone():
+            self.add_event(run_id, "time_dilation", **record)
+        return self.time_dilation(run_id)
 
     def set_status(
         self,

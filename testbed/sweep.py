@@ -22,15 +22,20 @@ from testbed.store import RunStore
 
 
 def child_flags(
-    sets: list[str], spec_dir: Path | None, cold: bool, oversubscribe: bool = False
+    sets: list[str],
+    spec_dir: Path | None,
+    cold: bool,
+    oversubscribe: bool = False,
+    advertise: str | None = None,
 ) -> list[str]:
     """The flags of ``testbed run`` that a sweep's child repeats: every ``--set``,
-    ``--spec-dir``, ``--cold`` and ``--oversubscribe`` (a flag not passed on would be
-    silently ignored)."""
+    ``--spec-dir``, ``--cold``, ``--oversubscribe`` and ``--advertise-addr`` (a flag not
+    passed on would be silently ignored)."""
     flags = [f for s in sets for f in ("--set", s)]
     if spec_dir is not None:
         flags += ["--spec-dir", str(spec_dir)]
     flags += ["--cold"] if cold else []
+    flags += ["--advertise-addr", advertise] if advertise else []
     return [*flags, "--oversubscribe"] if oversubscribe else flags
 
 
@@ -46,6 +51,7 @@ def run_parallel(
     spec_dir: Path | None = None,
     cold: bool = False,
     oversubscribe: bool = False,
+    advertise: str | None = None,
 ) -> dict[str, int]:
     """Run every not-yet-completed item; return counts by final status (each child reads
     the spec's relative paths from ``spec_dir`` when given, and runs ``--cold`` when
@@ -79,7 +85,7 @@ def run_parallel(
                     cmd = [
                         *(sys.executable, "-m", "testbed", "run", str(file), "--out", str(out)),
                         *("--backend", backend, "--item", str(k), "--sweep-id", sweep_id),
-                        *child_flags(sets, spec_dir, cold, oversubscribe),
+                        *child_flags(sets, spec_dir, cold, oversubscribe, advertise),
                     ]
                     with open(logs / f"item-{k:03d}.log", "w") as log:
                         running[k] = subprocess.Popen(

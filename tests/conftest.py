@@ -20,3 +20,42 @@ def root() -> Path:
 def processes_under(folder: Path) -> list[psutil.Process]:
     """Live processes whose FLWR_HOME or command line points inside ``folder``."""
     return processes_in(folder)  # what the run's watchdog looks for, too
+
+
+#: Slow tests that ``make test-e2e`` runs alone, after the rest ran on two workers
+#: (marked ``serial`` here, in one place): each checks the whole host or a figure that
+#: another fleet beside it would move. Key: a file, or a file's test; value: why.
+SERIAL = {
+    "tests/test_orphans.py": "no namespace, cgroup or process may appear on the host",
+    "tests/test_resume.py": "the host's node cgroups before and after a SIGKILL",
+    "tests/test_restart_at_submission.py": "a SuperLink restart timed against the submission",
+    "tests/test_time_dilation_e2e.py": "emulated round times at TDF 1 and 4 must agree",
+    "tests/test_together_e2e.py": "functions' SLOs beside FL on one fleet",
+    "tests/functions": "SLO attainment and promotions follow measured latencies",
+    "tests/fl/test_round_deadline.py": "a round ends within its deadline plus a tolerance",
+    "tests/space/test_space_fl.py": "a satellite's view windows on the wall clock",
+    "tests/ui/test_browser_e2e.py": "page load times and the lag of the live page",
+    "tests/ui/test_fleet_groups_browser.py": "a browser's page times",
+    "tests/ui/test_timeline_page.py": "a browser's page times",
+    "tests/simulation/test_ray_cluster.py": "a Ray cluster started with ray start",
+    "tests/test_fleet_e2e.py::test_fast_round_within_compute_plus_one_second": "a round's time",
+    "tests/test_faults.py::test_straggler_slows_compute_by_factor": "device time / CPU time",
+    "tests/test_faults.py::test_partition_stops_traffic_for_its_duration": "a partition's seconds",
+    "tests/test_faults.py::test_degrade_link_live_then_restore": "throughput on a shaped link",
+    "tests/test_faults.py::test_fleet_over_netem_links": "no run's namespace left on the host",
+    "tests/test_faults.py::test_superlink_restart_mid_run_loses_nothing": (
+        "the restarted SuperLink's nodes back within the round's deadline"
+    ),
+    "tests/simulation/test_simulation_e2e.py::test_same_records_and_accuracy_as_local": (
+        "no Ray process left on the host"
+    ),
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests of :data:`SERIAL` ``serial``."""
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        keys = (item.nodeid.split("[")[0], path, path.rsplit("/", 1)[0])
+        if any(k in SERIAL for k in keys):
+            item.add_marker(pytest.mark.serial)

@@ -113,3 +113,21 @@ def test_ready_alternates_which_backend_starts_first() -> None:
         "docker",
     ]
     assert bench.ready_order(1, ["local"]) == ["local"]
+
+
+def test_functions_mode_runs_gaia_yaml_under_the_gaia_policy_alone() -> None:
+    """``functions``: gaia.yaml's functions, its sweep over policies dropped, the gaia
+    policy, the seeds and load asked for; the spec validates with gaia.yaml's folder."""
+    import yaml
+
+    from testbed.spec.loader import parse_spec
+
+    text = bench.gaia_spec(3, 40.0)
+    raw = yaml.safe_load(text)
+    assert "sweep" not in raw and raw["repetitions"] == 3
+    exp = parse_spec(text, folder=ROOT / "experiments")
+    fns = exp.workload.functions
+    assert fns is not None and fns.policy == "gaia" and fns.duration_s == 40.0
+    gaia = parse_spec((ROOT / "experiments" / "gaia.yaml").read_text(), folder=ROOT / "experiments")
+    assert gaia.workload.functions is not None
+    assert [f.name for f in fns.functions] == [f.name for f in gaia.workload.functions.functions]

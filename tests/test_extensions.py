@@ -41,7 +41,6 @@ from testbed.emulation.proxy import ShapingProxy
 from testbed.faults import FaultContext, FaultKind, FaultParams, register_fault
 from testbed.functions.placement import Job, Placement, Site, place, policy
 from testbed.planner import make_plan
-from testbed.procs import Popen
 from testbed.runner import run_experiment
 from testbed.simulation.links import check_links, client_model
 from testbed.simulation.vfaults import VirtualFaults, check_faults
@@ -132,14 +131,10 @@ NICE = 5
 
 @register_backend("local-nice")
 class NiceLocalBackend(LocalBackend):
-    """The local backend with every node at a lower CPU priority (``nice NICE``)."""
+    """The local backend with its client nodes at nice ``NICE`` (the local default: 19)."""
 
     name = "local-nice"
-
-    def start_node(self, name: str) -> tuple[int, Popen]:
-        port, proc = super().start_node(name)
-        os.setpriority(os.PRIO_PROCESS, proc.pid, NICE)  # its children inherit it
-        return port, proc
+    node_nice = NICE  # each node's agent sets it before the node starts (no race)
 
     def node_limits(self) -> dict[str, dict[str, Any]]:
         limits = super().node_limits()

@@ -24,6 +24,9 @@ NOISE_DROP = 0.15
 
 
 def spec(rounds: int, faults: str, clients: int = 3, timeout_s: int = 25) -> str:
+    """A cloud server and ``clients`` edge nodes, on ``fast`` protocol timing:
+    these tests are about faults, not Flower's 3 s polls, which would make most of
+    each round (``tests/fl/test_timing.py`` covers both modes)."""
     return f"""\
 name: faults
 seed: 11
@@ -32,7 +35,7 @@ fleet:
     - {{id: cloud, tier: cloud}}
     - {{id: edge, tier: edge, count: {clients}}}
 workload:
-  fl: {{rounds: {rounds}, local_epochs: 2, round_timeout_s: {timeout_s}}}
+  fl: {{rounds: {rounds}, local_epochs: 2, round_timeout_s: {timeout_s}, protocol_timing: fast}}
 faults:
 {faults}"""
 

@@ -472,7 +472,9 @@ def test_proxy_blackhole_partition_holds_traffic_and_loses_nothing() -> None:
     assert during["bytes_up"] == before > 0  # traffic stopped
     assert during["partition"] == "blackhole" and 0.85 < during["partitioned_s"] < 1.0
     assert during["partitioned_s"] <= after["partitioned_s"] < 1.05 and after["partition"] is None
-    assert not any(t_on + 0.1 < t < t_off for t, _ in sink.timeline)
+    # The sink may read late what was forwarded before the partition (its thread waits
+    # for the GIL on a loaded host); nothing forwarded after it may arrive in the window.
+    assert all(n <= before for t, n in sink.timeline if t_on + 0.1 < t < t_off)
     dt, digest = result["r"]
     assert digest == hashlib.sha256(data).digest()  # nothing lost, same connection
     assert after["connections"] == 1 and after["bytes_up"] == len(data)

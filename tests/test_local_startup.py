@@ -1,8 +1,10 @@
-"""Local backend start-up choices that need no fleet: where the SuperLink keeps its
-state, and when a client node counts as registered."""
+"""Local backend start-up choices: where the SuperLink keeps its state, when a client
+node counts as registered, that the zygote forks every SuperNode, and the nodes'
+scheduling priorities."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -73,3 +75,49 @@ def test_a_ready_file_appears_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert seen == [{"pid": os.getpid(), "limits": {"memory": "cap"}}]
     assert json.loads(ready.read_text()) == seen[0]
     assert [p.name for p in ready.parent.iterdir()] == ["ready"]  # no temporary left
+
+
+AUTOGROUP = Path("/proc/self/autogroup").exists()  # (the kernel schedules by session)
+
+
+def _nice(pid: int) -> tuple[int, str]:
+    """A process's nice and its autogroup's line (``/autogroup-N nice K``; without
+    autogroup scheduling, a line that ends as if it were right)."""
+    group = Path(f"/proc/{pid}/autogroup")
+    nice = os.getpriority(os.PRIO_PROCESS, pid)
+    return nice, group.read_text() if AUTOGROUP else f"nice {nice}\n"
+
+
+def test_every_supernode_is_a_fork_of_the_zygote_at_the_lowest_priority(
+    tmp_path: Path,
+) -> None:
+    """The zygote imports and warms a node's stack once; each SuperNode is its fork.
+    From 2026-11-27 to 11-28 none was: the backend compared a 5-item command prefix
+    with the 4-item ``python -m nodes supernode`` of nodes/cli.py, so every node
+    started plainly beside an idle zygote, and the quickstart's fleet took 21 s to
+    start instead of ~5 s (bench/fleet_start.py). Mutation tried: that comparison
+    (this test fails: each node's parent is this process).
+
+    The client nodes run at nice 19, on the process and its session's autogroup, and
+    the run records it (``node_limits``): at 200 nodes in their own sessions at nice 0,
+    the SuperLink got ~1/200 of the CPU and Flower ended the run in round 1.
+    Mutation tried: the nodes' ``--nice`` left out (this test fails: nice 0)."""
+    import psutil
+
+    from nodes.agent import CLIENT_NICE
+
+    spec = SPEC.replace("{id: edge, tier: edge}", "{id: edge, tier: edge, count: 2}")
+    backend = LocalBackend(make_plan(parse_spec(spec)), tmp_path)
+    try:
+        backend.start()
+        zygote = backend._zygote
+        assert zygote is not None and zygote.proc is not None
+        for name in ("edge-1", "edge-2"):
+            node = backend.procs.procs[name]
+            assert psutil.Process(node.pid).ppid() == zygote.proc.pid, name
+            nice, group = _nice(node.pid)
+            assert nice == CLIENT_NICE and group.endswith(f"nice {CLIENT_NICE}\n"), group
+        limits = backend.node_limits()
+        assert limits["edge-1"]["priority"].startswith(f"nice {CLIENT_NICE}")
+    finally:
+        backend.stop()

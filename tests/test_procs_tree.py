@@ -3,6 +3,7 @@ psutil's own walk, found with one look at the table for any number of groups."""
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 
@@ -27,3 +28,18 @@ def test_a_tree_from_a_children_map_is_psutils_tree(tmp_path: Path) -> None:
             assert abs(group.rss_mb(name, kids) - group.rss_mb(name)) < 1.0
     finally:
         group.stop_all(timeout_s=2)
+
+
+def test_listening_ports_are_picked_below_the_ephemeral_range_never_twice() -> None:
+    """The runner picks its servers' ports before they bind them; a port from the
+    kernel's ephemeral range could meanwhile become an outgoing connection's local
+    port (48 node containers on the host network: "address already in use")."""
+    from testbed.procs import LISTEN_PORTS, ephemeral_range, free_port
+
+    low = ephemeral_range()[0]
+    ports = [free_port() for _ in range(300)]
+    assert len(set(ports)) == len(ports)
+    assert all(LISTEN_PORTS[0] <= p < low for p in ports), (low, sorted(ports)[-3:])
+    with socket.socket() as s:  # each is free to listen on
+        s.bind(("127.0.0.1", ports[-1]))
+        s.listen()

@@ -146,3 +146,37 @@ def test_builtins_package_is_imported_on_first_lookup_only(
         reg.check("circle")
     for name in [m for m in sys.modules if m.startswith("shapes_pkg")]:
         del sys.modules[name]
+
+
+def test_a_lookup_from_another_thread_waits_for_the_builtins(
+    tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workloads of one run look themselves up from their own threads in a fresh
+    process: the second lookup, made while the first thread is still importing the
+    built-ins, waits for them instead of finding only those imported so far
+    ("unknown workload 'fl'; choose one of ['compress']")."""
+    import threading
+    import time
+
+    pkg = tmp_path / "slow_pkg"  # type: ignore[operator]
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "from kernel.registry import Registry\nTHINGS = Registry('thing', builtins='slow_pkg')\n"
+    )
+    (pkg / "a_fast.py").write_text("from slow_pkg import THINGS\nTHINGS.register('fast')(1)\n")
+    (pkg / "b_slow.py").write_text(
+        "import time\nfrom slow_pkg import THINGS\ntime.sleep(1.0)\nTHINGS.register('slow')(2)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import slow_pkg  # type: ignore[import-not-found]
+
+    reg = slow_pkg.THINGS
+    first = threading.Thread(target=lambda: reg["fast"])
+    first.start()
+    time.sleep(0.3)  # the first thread is in b_slow's import
+    try:
+        assert reg["slow"] == 2
+    finally:
+        first.join()
+        for name in [m for m in sys.modules if m.startswith("slow_pkg")]:
+            del sys.modules[name]

@@ -36,7 +36,10 @@ workload:
   fl: {{rounds: {ROUNDS}, local_epochs: 1}}
 """
 #: Per-(round, node) metrics a round records once per node (every round, every node).
-PER_NODE = ("train_loss", "bytes_sent", "bytes_received", "round_trip_s")
+PER_NODE = ("train_loss", "bytes_sent")
+#: Per-(round, node) metrics recorded once per reply: every round's train reply, and the
+#: last round's evaluation (``piggyback``: the others ride on the next train message).
+PER_REPLY = ("bytes_received", "round_trip_s")
 #: Metrics that depend only on data, seed and arithmetic (compared with a straight run).
 LEARNING = ("global_acc", "global_loss", "train_loss", "eval_acc", "federated_acc")
 
@@ -116,6 +119,9 @@ def test_resume_after_sigkill_continues_from_the_checkpoint(tmp_path: Path) -> N
     for name in PER_NODE:
         want = Counter((r, n) for r in range(1, ROUNDS + 1) for n in NODES)
         assert _counts(store, run_id, name) == want, name
+    for name in PER_REPLY:
+        want = Counter((r, n) for r in range(1, ROUNDS + 1) for n in NODES)
+        assert _counts(store, run_id, name) == want + Counter((ROUNDS, n) for n in NODES), name
     assert _counts(store, run_id, "global_acc") == Counter((r, None) for r in range(ROUNDS + 1))
     rounds_started = Counter(e.round for e in store.events(run_id) if e.kind == "round_start")
     assert rounds_started == Counter(range(1, ROUNDS + 1))

@@ -102,14 +102,17 @@ def test_set_overrides_and_sweep(tmp_path: Path) -> None:
 
 
 def test_cli_validate_exit_code_2(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.yaml"
+    folder = tmp_path / ("a-folder-whose-name-is-long-" * 4)  # a path past 80 columns
+    folder.mkdir()
+    bad = folder / "bad.yaml"
     bad.write_text(GOOD.replace("seed: 3", "seed: x"))
     out = subprocess.run(
         [sys.executable, "-m", "testbed", "validate", str(bad)], capture_output=True, text=True
     )
     assert out.returncode == 2
-    # the console wraps long lines (where depends on the path's length): compare words
-    assert f"{bad}:2: seed:" in " ".join(out.stderr.split())
+    # an error is never wrapped by the console: the file and line stay on one line,
+    # whole, to be copied or grepped (they were cut mid-path at 80 columns)
+    assert f"{bad}:2: seed:" in out.stderr.splitlines()[-1], out.stderr
     assert "Traceback" not in out.stderr
     good = tmp_path / "good.yaml"
     good.write_text(GOOD)

@@ -88,7 +88,9 @@ def test_runs_opening_a_fresh_store_at_once_do_not_see_a_locked_database(
     with ctx.Pool(6) as pool:
         for i in range(4):
             root = str(tmp_path / f"fresh{i}")
-            assert pool.map(_open_store, [root] * 6) == ["ok"] * 6
+            # a timeout, not a hang, when the pool's workers cannot start
+            opened = pool.map_async(_open_store, [root] * 6).get(timeout=120)
+            assert opened == ["ok"] * 6
             assert len(RunStore(root).runs()) == 6
 
 

@@ -29,6 +29,7 @@ workload:
     rounds: 4
     local_epochs: 2
     round_timeout_s: 20
+    protocol_timing: fast  # (the study's arithmetic, not Flower's 3 s polls)
     evaluation: {per_silo: true, contributions: true, shapley: true}
 """
 CRASH = "faults:\n  - {kind: crash, node: silo-2, at_round: 3}\n"

@@ -87,3 +87,66 @@ def test_other_backends_say_they_ignore_placement(backend: str, tmp_path: Path) 
         info = cls(make_plan(exp), tmp_path).fleet_info()
         assert note in info["ignored"]
     assert not get_backend("swarm").ignored(exp)
+
+
+class _Manager:
+    """A swarm manager's answers, as the docker SDK gives them (no engine here)."""
+
+    def __init__(self) -> None:
+        self.nodes = self
+
+    def info(self) -> dict[str, object]:
+        return {"Swarm": {"ControlAvailable": True, "NodeID": "m1", "NodeAddr": "10.0.0.1"}}
+
+    def list(self) -> list[object]:
+        class N:
+            def __init__(self, attrs: dict[str, object]) -> None:
+                self.attrs = attrs
+
+        return [
+            N({"ID": "m1", "Status": {"Addr": "0.0.0.0"}}),
+            N({"ID": "w1", "Status": {"Addr": "10.0.0.7"}}),
+            N({"ID": "w2", "Status": {}}),
+        ]
+
+
+def test_the_advertised_address_is_the_flag_then_the_env_then_the_managers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from testbed.backends.swarm_engines import ADVERTISE_ENV, Engines
+
+    monkeypatch.delenv(ADVERTISE_ENV, raising=False)
+    assert Engines(_Manager()).address == "10.0.0.1"  # type: ignore[arg-type]
+    monkeypatch.setenv(ADVERTISE_ENV, "10.0.0.2")
+    assert Engines(_Manager()).address == "10.0.0.2"  # type: ignore[arg-type]
+    assert Engines(_Manager(), (), "10.0.0.3").address == "10.0.0.3"  # type: ignore[arg-type]
+
+
+def test_advertise_addr_is_refused_off_swarm_and_passed_to_a_sweeps_children(
+    tmp_path: Path,
+) -> None:
+    from typer.testing import CliRunner
+
+    from testbed import cli
+    from testbed.sweep import child_flags
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SPEC)
+    res = CliRunner().invoke(cli.app, ["validate", str(spec), "--advertise-addr", "10.0.0.3"])
+    assert res.exit_code == 2 and "--advertise-addr" in res.output, res.output
+    assert "advertise" in get_backend("swarm").options
+    assert child_flags([], None, False, False, "10.0.0.3") == ["--advertise-addr", "10.0.0.3"]
+
+
+def test_a_workloads_server_is_reached_at_its_engines_address() -> None:
+    """A function runtime, LLM stage or semantic fog on a worker engine listens on every
+    address there (BIND_ENV); the runner reaches it at the worker's swarm address, and
+    on the manager (the runner's host) at loopback."""
+    from testbed.backends.swarm_engines import Engines
+
+    engines = Engines(_Manager())  # type: ignore[arg-type]
+    assert engines.address_of("m1") == "127.0.0.1"
+    assert engines.address_of("w1") == "10.0.0.7"
+    with pytest.raises(ValueError, match="no address"):
+        engines.address_of("w2")
+    assert get_backend("swarm").workloads is None  # every workload runs on the swarm

@@ -31,6 +31,11 @@ LINK_STYLES = {
     "not emulated": ("#8c959f", "dotted"),
 }
 FAULT_EVENTS = ("fault_injected", "fault_rejected")
+#: Bookkeeping events (node ids, limits, timings), left out of the Live run page's list of
+#: latest events: a run's end records one ``node_identified`` per node, and those would
+#: push its last ``round_end`` out of the list (the controller's timeline leaves the same
+#: kinds out: ``testbed.controller.timeline.QUIET``).
+BOOKKEEPING_EVENTS = frozenset({"node_limits", "node_identified", "protocol_timing", "space_clock"})
 EFFECT_EVENTS = (
     "node_down",
     "node_restarted",
@@ -183,8 +188,9 @@ def throughput(df: pd.DataFrame) -> pd.DataFrame:
 
     Per (round, node) the observer records ``bytes_sent`` and ``bytes_lost`` once, but
     ``bytes_received`` and ``round_trip_s`` once per reply: a user's Flower App may send
-    a node several messages a round (quickstart-numpy: train, then evaluate), so the
-    replies are summed (one reply a round, the testbed's FL app: the same as taking it).
+    a node several messages a round (quickstart-numpy: train, then evaluate; the
+    testbed's FL app: train, and evaluate under ``separate`` and in its last round), so
+    the replies are summed.
     """
     names = ["bytes_sent", "bytes_received", "round_trip_s", "bytes_lost"]
     sel = df[df["name"].isin(names) & df["round"].notna() & df["node"].notna()]
@@ -329,6 +335,13 @@ def event_frame(
         lambda r: marks.get(key_of(r), (CATEGORY_MARKERS[r["category"]], ""))[0], axis=1
     )
     return out
+
+
+def latest_events(events: pd.DataFrame, n: int = 4) -> str:
+    """The last ``n`` events of an :func:`event_frame`, bookkeeping left out:
+    ``round_end (round 2) (41.3 s) · run_end (41.4 s) · ...``."""
+    shown = events[~events["kind"].isin(BOOKKEEPING_EVENTS)].tail(n)
+    return " · ".join(f"{r.what.split(':')[0]} ({r.t_s:.1f} s)" for r in shown.itertuples())
 
 
 def timeline(events: pd.DataFrame) -> dict[str, Any]:

@@ -7,7 +7,7 @@ The ServerApp receives these settings as JSON in the run config and re-validates
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -188,6 +188,10 @@ class FLSpec(Hosted):
     strategy... below), or the user's own Flower App (``app``, ``app_config``:
     :mod:`nodes.fl.userapp`), observed at its Grid and ClientApp (:mod:`nodes.fl.observe`);
     the keys of the testbed's app do not apply to a user's app."""
+
+    #: Every clock this workload keeps follows :mod:`kernel.dilation`, so it may run
+    #: under ``time_dilation`` (:func:`testbed.dilation.unsupported`).
+    dilated_clock: ClassVar[bool] = True
 
     app: SpecDir | None = Field(
         None,

@@ -1,9 +1,12 @@
-"""Replies that miss their round's deadline: recorded as ``late``, dropped or aggregated.
+"""Replies that miss their round's deadline: dropped or aggregated with decayed weight.
 
 A satellite out of view or a slow node answers after ``round_timeout_s``; Flower's
 grid has moved on, but the reply still reaches the SuperLink. :class:`LateReplies`
 remembers the unanswered messages of each round and pulls their replies at the start
-of a later round's aggregation.
+of a later round's aggregation, through the observed grid: the Grid's observer records
+the node ``late`` for the reply's own round (:mod:`nodes.fl.grid_observer`), as for
+any app. What the app does with it is recorded here: its ``staleness`` and a
+``stale_update`` event (aggregated or dropped).
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ class LateReplies:
     def collect(self, server_round: int, grid: Grid | None) -> list[Message]:
         """Pull replies to earlier rounds' messages that missed their deadline.
 
-        Each is recorded as ``late`` for its own round with its staleness; under the
+        Each is recorded with its staleness and what becomes of it: under the
         ``accept`` policy it is returned (its weight scaled by decay**staleness) to be
         aggregated in this round, else dropped.
         """
@@ -78,7 +81,8 @@ class LateReplies:
         return accepted
 
     def _record(self, msg: Message, server_round: int) -> bool:
-        """Record one late reply; True if it is to be aggregated now."""
+        """Record what becomes of one late reply; True if it is to be aggregated now.
+        (An error reply is no update: the observer records what it says.)"""
         origin, nid = self.pending.pop(msg.metadata.reply_to_message_id)
         if msg.has_error():
             return False
@@ -86,14 +90,16 @@ class LateReplies:
         name = self.nodes.learn(nid, metrics)
         staleness = server_round - origin
         keep = self.stale.policy == "accept"
-        self.telemetry.status(
-            origin,
-            name,
-            "late",
-            f"arrived in round {server_round} (staleness {staleness}); "
-            + ("aggregated with decayed weight" if keep else "dropped"),
-        )
         self.telemetry.metric("staleness", staleness, server_round, name)
+        self.telemetry.event(
+            "stale_update",
+            round=origin,
+            node=name,
+            arrived_round=server_round,
+            staleness=staleness,
+            action="aggregated" if keep else "dropped",
+            weight_factor=self.stale.decay**staleness if keep else 0.0,
+        )
         if keep:
             n = metrics["num-examples"]
             assert isinstance(n, int | float)

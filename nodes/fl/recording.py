@@ -1,16 +1,22 @@
-"""A strategy wrapper that records every round, node and reply to telemetry.
+"""A strategy wrapper that adds the testbed's own app logic around any strategy.
 
 :class:`RecordingStrategy` holds any ``flwr.serverapp.strategy.Strategy`` and passes
 every call on to it (as Flower's differential-privacy wrappers do); around the calls it
-records per-(round, node) metrics, statuses, bytes and durations, reconstructs
-TT-compressed updates before the inner strategy aggregates them, handles late replies
-(``nodes/fl/late.py``) and skips evaluation rounds that ride along with training
-(``piggyback``).
+reconstructs TT-compressed updates before the inner strategy aggregates them, handles
+late replies (``nodes/fl/late.py``: awaited, then aggregated with a decayed weight or
+dropped), skips evaluation rounds that ride along with training (``piggyback``) and
+records what comes of aggregation: ``federated_acc``, contributions and Shapley
+values, ``stale_accepted``, as any ServerApp logs its own results.
+
+What happens to the messages (statuses per (round, node), bytes, round trips, round
+durations, the round events) and the replies' own metrics are recorded where any app's
+are, by the Grid's observer (:mod:`nodes.fl.own_app`, attached by :meth:`observe`);
+the strategy tells it when a round is over (at aggregation), so the round's statuses
+appear then, and when it is done with it (after its evaluation: its bytes).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
@@ -18,7 +24,6 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from nodes.compression.device_time import TT_METRICS
 from nodes.fl.contribution import (
     EXACT_MAX,
     CachedValue,
@@ -28,30 +33,14 @@ from nodes.fl.contribution import (
 )
 from nodes.fl.identity import NodeDirectory
 from nodes.fl.late import LateReplies, StalePolicy
-from nodes.fl.task import array_nbytes, decode_delta, weighted_average
+from nodes.fl.own_app import OwnAppObserver
+from nodes.fl.own_app import scalar as _num
+from nodes.fl.task import decode_delta, weighted_average
 from nodes.fl.telemetry import Telemetry
-
-#: reply metric key -> telemetry metric name, recorded for every train reply that has it.
-TRAIN_METRICS = (
-    ("train-loss", "train_loss"),
-    ("train-duration-s", "train_duration_s"),
-    ("train-cpu-s", "train_cpu_s"),
-    ("device-time-s", "device_time_s"),
-    ("num-examples", "num_examples"),
-    *TT_METRICS,  # TT-SVD on the device: measured, stretched, modelled engine
-)
-
-
-def _num(metrics: MetricRecord, key: str) -> float:
-    """A scalar metric of a reply as float (KeyError if absent, TypeError if a list)."""
-    value = metrics[key]
-    if not isinstance(value, int | float):
-        raise TypeError(f"metric {key!r} is not a scalar: {value!r}")
-    return float(value)
 
 
 class RecordingStrategy(Strategy):
-    """Record what happens to every message of ``strategy``; it does the aggregation.
+    """The testbed's app logic around ``strategy``; it does the aggregation.
 
     Parameters
     ----------
@@ -100,11 +89,9 @@ class RecordingStrategy(Strategy):
         self.loo, self.shapley_permutations = loo, shapley_permutations
         self._round_arrays: ArrayRecord | None = None  # the global model a round starts from
         self.late = LateReplies(stale or StalePolicy(), telemetry, self.nodes)
-        self._sent: dict[int, int] = {}  # node id -> bytes sent this round
+        self.observer: OwnAppObserver | None = None  # (see observe)
         self._msgs: list[Message] = []  # this round's train messages (ids set on push)
         self._grid: Grid | None = None
-        self._round_t0 = 0.0
-        self._answered_names: set[str] = set()  # nodes that replied this round
 
     def __repr__(self) -> str:
         return f"RecordingStrategy({self.strategy!r})"
@@ -113,36 +100,47 @@ class RecordingStrategy(Strategy):
         """Log the inner strategy's settings."""
         self.strategy.summary()
 
+    def observe(self, grid: Grid) -> OwnAppObserver:
+        """Attach the observer that records ``grid``'s messages and replies (outermost:
+        the replies as the strategy gets them, late ones included); the strategy closes
+        its rounds at aggregation (:meth:`aggregate_train`) and settles them after their
+        evaluation (:meth:`aggregate_evaluate`)."""
+        self.observer = OwnAppObserver(self.telemetry, self.nodes)
+        self.observer.attach(grid)
+        return self.observer
+
+    def _round_over(self, server_round: int, settled: bool = False) -> None:
+        """Tell the observer (if any) that ``server_round``'s exchange is over (its
+        statuses), or (``settled``) that the round is done with (its bytes)."""
+        if self.observer is not None and settled:
+            self.observer.settle_round(server_round)
+        elif self.observer is not None:
+            self.observer.close_round(server_round)
+
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """The inner strategy's train messages; remembers them and the bytes sent."""
+        """The inner strategy's train messages (remembered, to await the silent ones)."""
         msgs = list(self.strategy.configure_train(server_round, arrays, config, grid))
-        self._round_t0 = time.time()
-        nbytes = array_nbytes(arrays)
-        self._sent = {m.metadata.dst_node_id: nbytes for m in msgs}
         self._msgs = msgs
         self.late.sent(server_round, {k: v.numpy() for k, v in arrays.items()})
         self._round_arrays = arrays
         self._grid = grid
-        self.telemetry.event("round_start", round=server_round, sampled=len(msgs))
         return msgs
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Record every reply and every silent node, then let the inner strategy aggregate."""
+        """Close the round's exchange, prepare the replies (TT decoding, late ones),
+        let the inner strategy aggregate, record what comes of it."""
+        self._round_over(server_round)  # (its statuses appear now, as they always did)
         replies = list(replies)
         dst_of = {m.metadata.message_id: m.metadata.dst_node_id for m in self._msgs}
         fed: list[tuple[float, float]] = []  # piggybacked (eval accuracy, eval examples)
-        self._answered_names = set()
-        # successful replies first: a restarted SuperNode answers under its new Flower
-        # node id while its old id is still sampled (until its heartbeat expires); the
-        # old id's silence must not overwrite the node's real reply (see _stale_id)
-        for msg in sorted(replies, key=Message.has_error):
-            self._record_train_reply(server_round, msg, dst_of, fed)
-        answered = {_node_of(m, dst_of) for m in replies}
-        self._record_unanswered(server_round, answered)
+        for msg in replies:
+            if not msg.has_error():
+                self._prepare_train_reply(server_round, msg, dst_of, fed)
+        self._await_silent(server_round, replies, dst_of)
         stale = self.late.collect(server_round, self._grid)
         if stale:
             self.telemetry.metric("stale_accepted", len(stale), server_round)
@@ -155,79 +153,42 @@ class RecordingStrategy(Strategy):
         # (Flower's FedMedian pops every array from the replies)
         sent = [_copy_arrays(m) for m in ok] if self.contribution_fn is not None else []
         arrays, metrics = self.strategy.aggregate_train(server_round, replies)
-        self.telemetry.metric("round_duration_s", time.time() - self._round_t0, server_round)
         if self.contribution_fn is not None and arrays is not None:
             self._contributions(server_round, ok, sent, dst_of)
         if fed:  # what the answering silos report about the previous global model
             acc = sum(a * n for a, n in fed) / sum(n for _a, n in fed)
             self.telemetry.metric("federated_acc", acc, server_round - 1)
-        self.telemetry.event(
-            "round_end",
-            round=server_round,
-            replies=len(replies),
-            duration_s=time.time() - self._round_t0,
-        )
         return arrays, metrics
 
-    def _record_train_reply(
+    def _prepare_train_reply(
         self,
         server_round: int,
         msg: Message,
         dst_of: dict[str, int],
         fed: list[tuple[float, float]],
     ) -> None:
-        """Record one train reply (error replies may come from the SuperLink itself)."""
-        tel = self.telemetry
-        nid = _node_of(msg, dst_of)
-        if msg.has_error():
-            name = self.nodes.name(nid)
-            if self._stale_id(server_round, nid, name, msg.error.reason or ""):
-                return
-            tel.status(server_round, name, "failed", msg.error.reason or "")
-            tel.metric("bytes_lost", self._sent.get(nid, 0), server_round, name)
-            return
+        """A train reply before aggregation: its TT update decoded, its piggybacked
+        evaluation kept for ``federated_acc`` (its own metrics: the observer's)."""
         m = msg.content.metric_records["metrics"]
-        name = self.nodes.learn(nid, m)
-        for key, out in TRAIN_METRICS:
-            if key in m:
-                tel.metric(out, _num(m, key), server_round, name)
-        tel.metric("bytes_sent", self._sent.get(nid, 0), server_round, name)
-        received = msg.content.array_records["arrays"]
-        tel.metric("bytes_received", array_nbytes(received), server_round, name)
+        self.nodes.learn(_node_of(msg, dst_of), m)
         if m.get("tt-compressed"):  # reconstruct before the strategy aggregates
+            received = msg.content.array_records["arrays"]
             msg.content["arrays"] = decode_delta(received, self.late.globals[server_round])
-        tel.metric("round_trip_s", time.time() - self._round_t0, server_round, name)
         if "eval-acc" in m:
-            r = int(_num(m, "eval-round"))
-            tel.metric("eval_acc", _num(m, "eval-acc"), r, name)
-            tel.metric("eval_loss", _num(m, "eval-loss"), r, name)
             fed.append((_num(m, "eval-acc"), _num(m, "eval-examples")))
-        tel.status(server_round, name, "completed")
-        self._answered_names.add(name)
 
-    def _record_unanswered(self, server_round: int, answered: set[int]) -> None:
-        """Nodes sent a message but silent: failed for now, maybe late later."""
+    def _await_silent(
+        self, server_round: int, replies: list[Message], dst_of: dict[str, int]
+    ) -> None:
+        """Await (``nodes/fl/late.py``) the reply of every node sent a message that did
+        not answer, except a restarted node's old Flower id (its node answered under its
+        new id: the observer records a ``stale_node_id`` event for it)."""
+        answered = {_node_of(m, dst_of) for m in replies}
+        names = {self.nodes.name(_node_of(m, dst_of)) for m in replies if not m.has_error()}
         for m in self._msgs:
             nid = m.metadata.dst_node_id
-            if nid in answered:
-                continue
-            name = self.nodes.name(nid)
-            if self._stale_id(server_round, nid, name, "no reply before round timeout"):
-                continue
-            self.telemetry.status(server_round, name, "failed", "no reply before round timeout")
-            self.telemetry.metric("bytes_lost", self._sent.get(nid, 0), server_round, name)
-            self.late.await_reply(m.metadata.message_id, server_round, nid)
-
-    def _stale_id(self, server_round: int, node_id: int, name: str, reason: str) -> bool:
-        """True (and a ``stale_node_id`` event) if ``name`` already answered this round
-        under another Flower node id: ``node_id`` is the identity the node had before a
-        restart, not the node; its failure is not the node's status."""
-        if name not in self._answered_names:
-            return False
-        self.telemetry.event(
-            "stale_node_id", round=server_round, node=name, node_id=str(node_id), reason=reason
-        )
-        return True
+            if nid not in answered and self.nodes.name(nid) not in names:
+                self.late.await_reply(m.metadata.message_id, server_round, nid)
 
     def _contributions(
         self,
@@ -294,15 +255,14 @@ class RecordingStrategy(Strategy):
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
-        """Record each silo's evaluation; the federated accuracy weighs it by its test count."""
+        """The federated accuracy: each silo's evaluation weighed by its test count."""
+        self._round_over(server_round, settled=True)  # (after the round's evaluation)
         replies = list(replies)
         ok = [m for m in replies if not m.has_error()]
         fed: list[tuple[float, float]] = []
         for msg in ok:
             m = msg.content.metric_records["metrics"]
-            name = self.nodes.learn(msg.metadata.src_node_id, m)
-            self.telemetry.metric("eval_acc", _num(m, "eval-acc"), server_round, name)
-            self.telemetry.metric("eval_loss", _num(m, "eval-loss"), server_round, name)
+            self.nodes.learn(msg.metadata.src_node_id, m)
             fed.append((_num(m, "eval-acc"), _num(m, "eval-examples")))
         metrics: MetricRecord | None = self.strategy.aggregate_evaluate(server_round, replies)
         if fed:

@@ -19,6 +19,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
 
+from kernel.dilation import wall
 from nodes.fl import packing, task
 from nodes.fl.checkpoint import ResumedRounds, load_checkpoint, save_checkpoint
 from nodes.fl.deadline import bound_pulls_by_deadline
@@ -104,9 +105,13 @@ def main(grid: Grid, context: Context) -> None:
         packing.pack_grid(grid, shapes)
     bound_pulls_by_deadline(grid)  # a round ends at its deadline, whatever the faults
     strategy = _recording_strategy(spec, tel, names, model, splits)
+    # messages, replies and their metrics, recorded as a user's app's are (outermost:
+    # the replies as the strategy gets them, late ones included)
+    observer = strategy.observe(grid)
 
     # Start with the whole fleet, then carry on with whoever answers (survivors).
-    deadline = time.time() + spec.round_timeout_s
+    round_timeout_s = wall(spec.round_timeout_s)  # emulated s; x TDF on the wall clock
+    deadline = time.time() + round_timeout_s
     while len(list(grid.get_node_ids())) < len(names) and time.time() < deadline:
         time.sleep(0.2)
     tel.event("fleet_connected", connected=len(list(grid.get_node_ids())), expected=len(names))
@@ -118,16 +123,21 @@ def main(grid: Grid, context: Context) -> None:
     out = str(rc.get("artifact-dir", ""))
     rounds, initial = _starting_point(strategy, out, int(str(rc.get("resume", 0))), model, tel)
     tel.event("run_start", rounds=spec.rounds, **names_record(names))
-    result = rounds.start(
-        grid=grid,
-        initial_arrays=initial,
-        num_rounds=spec.rounds - rounds.offset,
-        timeout=spec.round_timeout_s,
-        train_config=ConfigRecord({"lr": spec.lr}),
-        evaluate_fn=rounds.shifted(
-            _centralized(spec, tel, names, model, splits) if spec.evaluation.centralized else None
-        ),
-    )
+    try:
+        result = rounds.start(
+            grid=grid,
+            initial_arrays=initial,
+            num_rounds=spec.rounds - rounds.offset,
+            timeout=round_timeout_s,
+            train_config=ConfigRecord({"lr": spec.lr}),
+            evaluate_fn=rounds.shifted(
+                _centralized(spec, tel, names, model, splits)
+                if spec.evaluation.centralized
+                else None
+            ),
+        )
+    finally:  # (the last round's evaluation, what is still open: before the checkpoint)
+        observer.finish()
     final = result.arrays if len(result.arrays) else initial  # (no round left to run)
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)

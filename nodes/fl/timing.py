@@ -65,6 +65,8 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import random
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -373,8 +375,31 @@ def executor_poll_s(protocol_timing: str) -> float:
     return FAST_EXECUTOR_FALLBACK_S if protocol_timing == "fast" else 0.2
 
 
-#: Flower console scripts the shim can start -> the component whose waits change.
-SCRIPTS = {"flower-supernode": SUPERNODE}
+#: Flower console scripts the shim can start -> the component whose waits change (the
+#: SuperLink has no wait of its own: ``fast`` scopes its middlewares instead,
+#: :mod:`nodes.fl.superlink_stack`).
+SUPERLINK = "superlink"
+SCRIPTS = {"flower-supernode": SUPERNODE, "flower-superlink": SUPERLINK}
+
+
+def seed_flower_jitter(args: Sequence[str]) -> str | None:
+    """Seed this SuperNode process's ``random`` from its node's name (in ``args``'
+    ``--node-config``); return the seed (None: no name given, left unseeded).
+
+    Flower draws its heartbeat intervals (``HeartbeatSender``: every 17.5-22.5 s) and
+    its retry back-offs (``full_jitter``) from the unseeded ``random`` module, and the
+    SuperLink takes a node as offline 60 s after its last heartbeat: whether a round
+    samples a node that has been cut off (a satellite between passes, a long partition)
+    hangs on that jitter. Seeded per node, the draws are the same on every run and every
+    backend (and still differ between nodes, as Flower wants them to). The ClientApp
+    runs in the node agent, not in this process: its own seeds are untouched.
+    """
+    found = re.search(r'node-name="([^"]+)"', " ".join(args))
+    if found is None:
+        return None
+    seed = f"flower-jitter:{found.group(1)}"
+    random.seed(seed)
+    return seed
 
 
 def main(argv: Sequence[str] | None = None, notify_fd: int | None = None) -> int:
@@ -396,7 +421,16 @@ def main(argv: Sequence[str] | None = None, notify_fd: int | None = None) -> int
         )
         return 2
     mode, script, rest = args[0], args[1], args[2:]
-    if mode == "fast":
+    if script == "flower-supernode":  # (both timings: a retry of its own registration)
+        from nodes.fl.register import install as idempotent_registration
+
+        idempotent_registration()
+        seed_flower_jitter(rest)
+    if mode == "fast" and script == "flower-superlink":
+        from nodes.fl import superlink_stack
+
+        print(superlink_stack.install(), file=sys.stderr, flush=True)
+    elif mode == "fast":
         install(SCRIPTS[script], fleet_scale(int(os.environ.get(FLEET_SIZE_ENV, "1"))))
         if notify_fd is not None:
             notify_task_ready(notify_fd)

@@ -10,6 +10,14 @@ ClientApp task and runs it in-process with Flower's own task protocol
 ``flwr.supernode.runtime.run_clientapp``), caching the installed FAB and the loaded
 ClientApp by FAB hash. The message protocol between SuperLink and SuperNode is
 untouched.
+
+Flower's ClientApp process ends itself (SIGINT to its own pid) when the SuperNode no
+longer knows its task token: a 401 in Flower's HTTP retry, or a task heartbeat the
+SuperNode refuses. Here that process is the node's agent, whose SIGINT stops the
+SuperNode too, so the executor's clients give up on a 401 instead and its task
+heartbeat only stops: the task is reported failed (or its report fails, logged) and
+the node stays in the fleet. Measured 2026-11-29: in a 200-node round the heartbeat of
+a task that had just reported its output got a 401 and 25 nodes left the fleet.
 """
 
 from __future__ import annotations
@@ -76,16 +84,20 @@ class WarmExecutor:
         from flwr.supercore.runtime import RuntimeHttpClient
 
         invoker = make_simple_http_retry_invoker()
-        if stoppable:
-            giveup = invoker.should_giveup
+        giveup = invoker.should_giveup
 
-            def should_giveup(exc: Exception) -> bool:
-                return self.stop_event.is_set() or bool(giveup and giveup(exc))
+        def should_giveup(exc: Exception) -> bool:
+            if _unauthorized(exc):  # (Flower's would SIGINT this process: the agent)
+                return True
+            return (stoppable and self.stop_event.is_set()) or bool(giveup and giveup(exc))
+
+        invoker.should_giveup = should_giveup
+        if stoppable:
 
             def wait_function(seconds: float) -> None:  # Flower's back-off, interruptible
                 self.stop_event.wait(seconds)
 
-            invoker.should_giveup, invoker.wait_function = should_giveup, wait_function
+            invoker.wait_function = wait_function
         return RuntimeHttpClient.from_server_address(
             server_address=self.address,
             insecure=True,
@@ -163,7 +175,7 @@ class WarmExecutor:
         from flwr.app import Message
         from flwr.app.error import Error
         from flwr.common.constant import ErrorCode, SubStatus
-        from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
+        from flwr.supercore.heartbeat import HeartbeatSender
         from flwr.supercore.interceptors import (
             RuntimeTokenHttpInterceptor,
             RuntimeVersionHttpInterceptor,
@@ -180,7 +192,7 @@ class WarmExecutor:
                 RuntimeTokenHttpInterceptor(token),
             ]
         )
-        heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
+        heartbeat = HeartbeatSender(task_heartbeat_fn(client))
         heartbeat.start()
         message = context = reply = None
         status, details = SubStatus.FAILED, "ClientApp task failed"
@@ -205,18 +217,59 @@ class WarmExecutor:
             try:
                 if reply is not None and context is not None:
                     push_message(client, reply, context)
+                heartbeat.stop()  # (before the token ends with the task's output)
                 push_task_output(client, context, status, details)
                 t.append(time.perf_counter())
-                phases = ("pull", "load", "run", "push")
-                log.info(
-                    "task %s: %s",
-                    status,
-                    " ".join(
-                        f"{p}={b - a:.3f}s" for p, a, b in zip(phases, t, t[1:], strict=False)
-                    ),
-                )
+            except Exception as ex:  # noqa: BLE001 - the SuperNode ended the task: logged
+                log.error("task %s could not be reported to the SuperNode: %s", status, ex)
+                status = SubStatus.FAILED
             finally:
                 if heartbeat.is_running:
                     heartbeat.stop()
                 client.close()
+            phases = ("pull", "load", "run", "push")
+            log.info(
+                "task %s: %s",
+                status,
+                " ".join(f"{p}={b - a:.3f}s" for p, a, b in zip(phases, t, t[1:], strict=False)),
+            )
         return status == SubStatus.COMPLETED
+
+
+def _unauthorized(exc: Exception) -> bool:
+    """A 401 from the SuperNode's Runtime API: it no longer knows the task's token."""
+    import httpx
+
+    return isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code == 401
+
+
+def task_heartbeat_fn(client: RuntimeHttpClient) -> Callable[[], bool]:
+    """Flower's task heartbeat (``make_task_heartbeat_fn_http``) without its SIGINT to
+    this process: once the SuperNode refuses the task's token (a 401 or ``success:
+    false``) the heartbeat stops sending, logged, and the task ends by its own next call.
+    """
+    import httpx
+    from flwr.proto.runtime_pb2 import SendTaskHeartbeatRequest
+
+    req = SendTaskHeartbeatRequest()
+    lost = threading.Event()
+
+    def fn() -> bool:
+        if lost.is_set():
+            return True
+        try:
+            res = client.SendTaskHeartbeat(req)
+        except httpx.TransportError:
+            return False
+        except httpx.HTTPStatusError as err:
+            if err.response.status_code in (503, 504):
+                return False
+            if err.response.status_code != 401:
+                raise
+            res = None
+        if res is None or not res.success:
+            lost.set()
+            log.warning("task heartbeat refused by the SuperNode: the task's token ended")
+        return True
+
+    return fn

@@ -51,6 +51,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
+from kernel.dilation import emulated, tdf, wall
 from nodes.functions.protocol import (
     ColdStart,
     FunctionStats,
@@ -116,10 +117,10 @@ class Backend:
                 self.proc.wait()
 
     def gpu_seconds(self, now: float) -> float:
-        """Seconds this backend has held a GPU (0 for a CPU backend)."""
+        """Emulated seconds this backend has held a GPU (0 for a CPU backend)."""
         if self.kind != "gpu":
             return 0.0
-        return (self.stopped or now) - self.started
+        return emulated((self.stopped or now) - self.started)
 
 
 @dataclass
@@ -188,10 +189,10 @@ class NodeRuntime:
             b.stop()
             raise BackendError(f"{label} backend of {module} failed: {msg.get('error')}")
         if label == "gpu-emulated":  # CUDA context + model upload: modelled, waited for
-            time.sleep(float(self.profile.get("gpu_cold_start_s", 0.0)))
+            time.sleep(wall(float(self.profile.get("gpu_cold_start_s", 0.0))))
         b.ready = time.monotonic()
-        b.cold_start_s = b.ready - t0
-        b.v_free = b.ready
+        b.cold_start_s = emulated(b.ready - t0)
+        b.v_free = emulated(b.ready)  # the virtual clock runs in emulated seconds
         return b
 
     def deploy(self, name: str, module: str, kind: str, warmup: Request | None = None) -> ColdStart:
@@ -230,6 +231,9 @@ class NodeRuntime:
         """Emulated service time of one call and how it was obtained.
 
         Run-queue time (waiting for a core of this shared host) is not device time.
+        Under time dilation (:mod:`kernel.dilation`) the result is in emulated seconds
+        (the caller waits TDF x it): the function's own waiting (sleep, I/O), measured
+        on the wall clock, counts ``wait_s / TDF``; a real GPU's time is the device's own.
         """
         cpu_s = min(cpu_s, wall_s)
         wait_s = max(0.0, wall_s - cpu_s - runq_s)
@@ -237,11 +241,11 @@ class NodeRuntime:
             return wall_s, "measured"
         if b.kind == "gpu":
             ovh = float(self.profile.get("gpu_overhead_ms", 0.0)) / 1000.0
-            return wait_s + cpu_s / self.gpu_speedup + ovh, "modelled"
+            return wait_s / tdf() + cpu_s / self.gpu_speedup + ovh, "modelled"
         speed = float(self.profile.get("cpu_speed_factor", 1.0))
-        # a device no faster than this host is emulated by waiting (wall = device time, up to
-        # host contention); a faster one only on the virtual clock
-        return wait_s + cpu_s / speed, "stretched" if speed <= 1.0 else "modelled"
+        # a device no faster than TDF x this host is emulated by waiting (wall = device
+        # time x TDF, up to host contention); a faster one only on the virtual clock
+        return wait_s / tdf() + cpu_s / speed, "stretched" if speed <= tdf() else "modelled"
 
     def invoke(self, name: str, request: Request, t_arrival: float) -> Invocation:
         fn = self.functions.get(name)
@@ -256,9 +260,9 @@ class NodeRuntime:
                 service, timing = self.device_time(
                     b, res["wall_s"], res["cpu_s"], res.get("runq_s", 0.0)
                 )
-                if service > res["wall_s"]:
-                    time.sleep(service - res["wall_s"])
-                b.v_free = max(t_arrival, b.v_free) + service
+                if wall(service) > res["wall_s"]:  # (emulated s, TDF x on the wall)
+                    time.sleep(wall(service) - res["wall_s"])
+                b.v_free = max(emulated(t_arrival), b.v_free) + service
                 break
         fn.requests += 1
         fn.errors += res["error"] is not None
@@ -268,7 +272,7 @@ class NodeRuntime:
             backend=b.label,
             timing=timing,
             service_ms=service * 1e3,
-            server_ms=(b.v_free - t_arrival) * 1e3,
+            server_ms=(b.v_free - emulated(t_arrival)) * 1e3,
             server_wall_ms=(time.monotonic() - t_arrival) * 1e3,
         )
 
@@ -381,7 +385,9 @@ def serve(
     from nodes.agent import watch_parent
 
     rt = NodeRuntime(node, profile, host_gflops, gpu)
-    httpd = ThreadingHTTPServer(("127.0.0.1", port), make_handler(rt))
+    from nodes.agent import bind_host
+
+    httpd = ThreadingHTTPServer((bind_host(), port), make_handler(rt))
     httpd.daemon_threads = True
 
     def stop(_signum: int, _frame: object) -> None:

@@ -99,17 +99,21 @@ def timed_call(mod: ModuleType, request: Request) -> CallResult:
 
 
 def host_gflops(seconds: float = 1.0, n: int = 512) -> float:
-    """This host's single-thread FP32 matmul throughput (GFLOPS), measured now."""
+    """This host's single-thread FP32 matmul throughput (GFLOPS), measured now per
+    second of this thread's CPU time: other processes contending for the host's cores
+    stretch the wall time, not the CPU time, so the figure (and the emulated GPUs'
+    speed-up over it) no longer moves with the host's load (it did: 17.5 GFLOPS per
+    wall second under load, 97-103 quiet)."""
     import torch
 
     torch.set_num_threads(1)
     a, b = torch.randn(n, n), torch.randn(n, n)
     a @ b
-    k, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
+    k, c0 = 0, time.thread_time()
+    while time.thread_time() - c0 < seconds:
         a @ b
         k += 1
-    return float(2 * n**3 * k / (time.perf_counter() - t0) / 1e9)
+    return float(2 * n**3 * k / (time.thread_time() - c0) / 1e9)
 
 
 def _single_thread() -> None:

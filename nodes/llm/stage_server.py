@@ -7,15 +7,20 @@ memory cap at start (it refuses to start when they do not fit), and serves:
 - ``POST /step``: one step of one request (see :mod:`nodes.llm.wire`). The node runs
   its units one step at a time (a device runs one thing: a queue forms here), the
   measured compute time is stretched to the node's profile
-  (:func:`nodes.device_control.stretch`; a device faster than this host runs at this
-  host's speed, recorded as such), then the activations go to the next hop's port (the
-  next node's link) and its answer comes back with this hop's record appended.
+  (:func:`nodes.device_control.stretch`, on the run's dilated clock: a device of speed
+  ``s`` runs at its own speed whenever ``s <= TDF``, recorded ``timing: stretched``; a
+  faster one runs at ``TDF`` x this host's speed, ``timing: host-speed``), then the
+  activations go to the next hop's port (the next node's link) and its answer comes
+  back with this hop's record appended. The record's ``device_ms`` and ``queue_ms`` are
+  emulated time (wall / TDF, :mod:`kernel.dilation`); ``compute_ms`` is this host's
+  own work and ``wall_ms`` the hop's wall time, both as measured.
   A step may carry a *micro-batch* (GPipe): ``header["batch"]`` lists each request's
   ``{"request", "pos", "n", "final"}`` and ``x`` is their inputs stacked along the
   token axis (``n`` rows each); the node runs them in one turn of its device, request
   after request (no fused kernel), and passes the stacked outputs on; the last stage
   answers ``"tokens"`` (one per request, in order).
-- ``GET /stats``: busy seconds, steps, parameter bytes, uptime.
+- ``GET /stats``: busy seconds, steps, parameter bytes, uptime (wall seconds: their
+  ratio is the node's utilisation on either clock).
 
 A hop that cannot reach the next one answers 502 with the failed hop named.
 """
@@ -32,6 +37,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from kernel.dilation import emulated, tdf, wall
 from nodes.device_control import stretch
 from nodes.llm.model import ModelConfig, Stage
 from nodes.llm.wire import Client, decode, encode
@@ -52,7 +58,7 @@ class StageNode:
             )
         self.device = threading.Lock()
         self.busy_s, self.steps, self.started = 0.0, 0, time.monotonic()
-        self.client = Client()
+        self.client = Client(timeout_s=wall(120.0))  # 120 emulated s
         torch.set_num_threads(1)
 
     def compute(
@@ -70,22 +76,29 @@ class StageNode:
         parts = torch.split(x, [int(it["n"]) for it in items])
         queued = time.perf_counter()
         with self.device:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             outs = [stage.run(str(it["request"]), xi, int(it["pos"]))
                     for it, xi in zip(items, parts, strict=True)]  # fmt: skip
             y = outs[0] if len(outs) == 1 else torch.cat(outs)
-            real = time.perf_counter() - t0
-            device_s = stretch(real, self.speed)
+            real, cpu = time.perf_counter() - t0, time.thread_time() - c0
+            # the work is this thread's CPU time (torch single-threaded here), as FL
+            # training's: other processes contending for the host's cores stretch the
+            # wall time, and stretching that by 1 / speed would multiply the contention
+            device_s = stretch(real, self.speed, cpu_s=cpu)
             for it in items:
                 if it.get("final"):
                     stage.drop(str(it["request"]))
-            wall = time.perf_counter() - t0  # measured, the stretch's wait included
-            self.busy_s += wall
+            spent = time.perf_counter() - t0  # wall, the stretch's wait included
+            self.busy_s += spent
             self.steps += 1
+        # a device no faster than TDF x this host is stretched to its own speed; a faster
+        # one cannot be (it runs at TDF x host speed)
+        timing = "host-speed" if self.speed > tdf() else "stretched"
         rec = {"node": self.name, "start": header["start"], "stop": header["stop"],
-               "queue_ms": (t0 - queued) * 1e3, "compute_ms": real * 1e3, "wall_ms": wall * 1e3,
-               "device_ms": device_s * 1e3, "in_bytes": x.numel() * x.element_size(),
-               "timing": "stretched" if self.speed < 1 else "host-speed"}  # fmt: skip
+               "queue_ms": emulated(t0 - queued) * 1e3, "compute_ms": real * 1e3,
+               "cpu_ms": cpu * 1e3,
+               "wall_ms": spent * 1e3, "device_ms": device_s * 1e3,
+               "in_bytes": x.numel() * x.element_size(), "timing": timing}  # fmt: skip
         return y, rec
 
     def step(self, body: bytes) -> tuple[int, dict[str, Any]]:
@@ -155,7 +168,9 @@ def main(argv: list[str] | None = None) -> None:
     cfg = ModelConfig(**json.loads(args.model_json))
     ranges = [(int(a), int(b)) for a, b in json.loads(args.ranges)]
     Handler.node = StageNode(args.node, cfg, ranges, args.speed, args.memory_mb << 20)
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    from nodes.agent import bind_host
+
+    server = ThreadingHTTPServer((bind_host(), args.port), Handler)
     server.daemon_threads = True
     if args.port_file:
         tmp = args.port_file.with_suffix(".tmp")

@@ -81,7 +81,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--speed-factor", type=float, default=1.0)
     args = ap.parse_args(argv)
     fog = _Fog(args.dir, args.speed_factor)
-    with _Server(("127.0.0.1", args.port), _handler(fog)) as server:
+    from nodes.agent import bind_host
+
+    with _Server((bind_host(), args.port), _handler(fog)) as server:
         server.serve_forever()
 
 

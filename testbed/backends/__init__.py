@@ -52,6 +52,7 @@ def get_backend(name: str) -> type[Backend]:
 OPTION_FLAGS = {
     "warm": ("--cold", "Flower's cold per-message ClientApp processes"),
     "oversubscribe": ("--oversubscribe", "node profiles above this host"),
+    "advertise": ("--advertise-addr", "an address other engines reach the runner at"),
 }
 
 

@@ -157,6 +157,9 @@ class Backend(abc.ABC):
     app_runs_on_host: ClassVar[bool] = True
     #: Reads ``fleet.nodes[i].placement`` (swarm: which engine runs a node's containers).
     places_nodes: ClassVar[bool] = False
+    #: Runs on the wall clock, so reads ``time_dilation`` (:mod:`testbed.dilation`);
+    #: False: a virtual clock (simulation), where a fast device needs no dilation.
+    dilates_time: ClassVar[bool] = True
 
     def __init__(self, plan: Plan, run_dir: Path, **options: Any) -> None:
         """Keep the run; ``options`` are the backend's own (``warm``, ``image`` ...)."""
@@ -213,6 +216,7 @@ class Backend(abc.ABC):
             cls._check_user_app(exp)
             cls._check_links(exp)
             cls._check_faults(exp)
+            cls._check_time_dilation(exp)
 
     @classmethod
     def notes(
@@ -223,7 +227,43 @@ class Backend(abc.ABC):
         nodes whose built-in profile is above this host get the host's figures. The
         base notes what of the spec it does not read (:meth:`ignored`)."""
         del options
-        return [f"ignored: {line}" for line in cls.ignored(experiments[0])] if experiments else []
+        if not experiments:
+            return []
+        out = [f"ignored: {line}" for line in cls.ignored(experiments[0])]
+        if cls.dilates_time:
+            out += cls._time_notes(experiments[0])
+        return out
+
+    @classmethod
+    def _check_time_dilation(cls, exp: Experiment) -> None:
+        """A dilated run (``time_dilation`` above 1) of a workload that keeps a clock
+        dilation does not reach is refused, naming the field."""
+        from testbed.dilation import resolve, unsupported
+
+        if not cls.dilates_time or resolve(exp).tdf == 1.0:
+            return
+        if bad := unsupported(exp):
+            raise NotSupported(
+                f"time_dilation: workload.{', workload.'.join(bad)} does not run on a "
+                f"dilated clock yet (docs/time-dilation.md says which do); set "
+                f"time_dilation: 1"
+            )
+
+    @classmethod
+    def _time_notes(cls, exp: Experiment) -> list[str]:
+        """The factor a run will use, and the profiles that run faster than it lets
+        them (at ``TDF`` x this host's speed instead of their own)."""
+        from testbed.dilation import host_speed_profiles, resolve
+
+        d = resolve(exp)
+        out = [f"time dilation: TDF {d.tdf:g} ({d.chosen})"] if d.tdf != 1.0 else []
+        if fast := host_speed_profiles(exp, d.tdf):
+            out.append(
+                f"profiles faster than TDF x this host run at {d.tdf:g} x host speed, not "
+                f"their own: {', '.join(f'{n} ({s:g})' for n, s in fast.items())} (set "
+                f"time_dilation: auto to run them at their speed)"
+            )
+        return out
 
     @classmethod
     def _refuse(cls, field: str, what: str, allowed: Collection[str]) -> NotSupported:
@@ -398,8 +438,10 @@ class Backend(abc.ABC):
         """
         raise self._not_supported("start_processes")
 
-    def open_links(self, specs: Mapping[str, LinkSpec], server_port: int) -> dict[str, str]:
-        """One link per named node to ``server_port`` on this host.
+    def open_links(
+        self, specs: Mapping[str, LinkSpec], server_port: int, server_host: str = "127.0.0.1"
+    ) -> dict[str, str]:
+        """One link per named node to ``server_host:server_port``.
 
         Returns
         -------
@@ -412,6 +454,12 @@ class Backend(abc.ABC):
             When the backend cannot make a workload's own links.
         """
         raise self._not_supported("open_links")
+
+    def service_host(self, key: str) -> str:
+        """The address a workload's process ``key`` serves on, as the runner reaches it
+        (default this host's loopback)."""
+        del key
+        return "127.0.0.1"
 
     def process(self, key: str) -> Popen:
         """The host process of key ``key`` (from :meth:`start_processes`).
@@ -480,6 +528,11 @@ class Backend(abc.ABC):
         out = []
         if exp.simulation is not None and cls.name != "simulation":
             out.append("simulation: (read by --backend simulation only)")
+        if exp.time_dilation != 1.0 and not cls.dilates_time:
+            out.append(
+                f"time_dilation: {exp.time_dilation} (a virtual clock prices every "
+                f"device at its profile's speed without it)"
+            )
         placed = [n.id for n in (exp.fleet.nodes if exp.fleet else ()) if n.placement]
         if placed and not cls.places_nodes:
             out.append(

@@ -36,6 +36,7 @@ import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from requests import RequestException
 
+from kernel import dilation
 from nodes.agent import FLOWER_ENV
 from testbed.backends import register_backend
 from testbed.backends.base import NodeResources, NotStarted, links_in_force
@@ -61,7 +62,7 @@ from testbed.backends.local import REGISTER_TIMEOUT_S, LocalBackend
 from testbed.emulation.container_net import InContainer, attach_netns
 from testbed.hostfs import host_path
 from testbed.planner import Plan, PlannedNode, make_plan
-from testbed.procs import free_port, wait_port
+from testbed.procs import free_port, log_tail, wait_port
 from testbed.reaper import write_fleet_file
 from testbed.spec.models import Experiment
 
@@ -263,6 +264,8 @@ class DockerBackend(LocalBackend):
         home.mkdir(parents=True, exist_ok=True)
         env = dict(FLOWER_ENV)
         env.update(FLWR_HOME=str(home), HOME=str(home), PYTHONUNBUFFERED="1")
+        if tdf_env := os.environ.get(dilation.ENV):  # the run's clock, as on the host
+            env[dilation.ENV] = tdf_env
         return env
 
     def _run(
@@ -278,7 +281,7 @@ class DockerBackend(LocalBackend):
         run folder mounted and the folders ``ro`` too (read-only), each at its own path.
         ``network="none"`` gives it a namespace of its own (netem links); ``gated``:
         ``cmd`` waits for the node's gate file, written once its link is plumbed in."""
-        log = self.run_dir / "logs" / f"{name}.log"
+        log = self.node_log(name)
         log.parent.mkdir(parents=True, exist_ok=True)
         shell = f"exec {shlex.join(cmd)} >> {shlex.quote(str(log))} 2>&1"
         if gated:
@@ -374,12 +377,13 @@ class DockerBackend(LocalBackend):
         netem = self.link_mode == "netem"
         server = self.plan.server
         port = free_port()
-        db = self.run_dir / "nodes" / server.name / "superlink.db"
-        db.parent.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "nodes" / server.name).mkdir(parents=True, exist_ok=True)
+        db = self.superlink_db()  # (on disk only when a superlink-restart is planned)
         host = "0.0.0.0" if netem or self.listen_host != "127.0.0.1" else "127.0.0.1"
         cmd = ["testbed", "node", "superlink", "--port", str(port), "--host", host]
         net = "none" if netem else "host"
-        self._run(server.name, [*cmd, "--database", str(db)], {}, self._inputs, network=net)
+        cmd += ["--database", str(db)] if db is not None else []
+        self._run(server.name, cmd, {}, self._inputs, network=net)
         if netem:  # the SuperLink container's namespace is the links' server side
             self.netns = f"ct-{self._run_tag}-srv"
             attach_netns(self.netns, self._pid(server.name))
@@ -453,13 +457,13 @@ class DockerBackend(LocalBackend):
         try:
             wait_port(self.node_ports[name], remaining, self.proc(name), netns=self._ns(name))  # type: ignore[arg-type]
         except RuntimeError as e:
-            raise RuntimeError(f"node {name}: {e} ({self.exit_reason(name)})") from None
+            log = log_tail(self.node_log(name))
+            raise RuntimeError(f"node {name}: {e} ({self.exit_reason(name)}); {log}") from None
         while self.warm and not self._ready_file(name).exists():
             if time.monotonic() > deadline or self.proc(name).poll() is not None:
                 why = self.exit_reason(name) or "still starting"
-                raise RuntimeError(
-                    f"node {name} did not warm up ({why}; see {self.run_dir}/logs/{name}.log)"
-                )
+                log = log_tail(self.node_log(name))
+                raise RuntimeError(f"node {name} did not warm up ({why}); {log}")
             time.sleep(0.2)
 
     def start_node(self, name: str) -> tuple[int, Any]:
@@ -533,13 +537,14 @@ class DockerBackend(LocalBackend):
             self._cmds[key], self.node_ports[key] = list(cmd), ports[name]
             self.start_node(key)
         deadline = time.monotonic() + timeout_s
+        hosts = {name: self.service_host(key) for name, key in keys.items()}
         for name, key in keys.items():
             left = max(1.0, deadline - time.monotonic())
             try:
-                wait_port(ports[name], left, self.proc(key))  # type: ignore[arg-type]
+                wait_port(ports[name], left, self.proc(key), host=hosts[name])  # type: ignore[arg-type]
             except RuntimeError as e:
                 raise RuntimeError(f"node {name}: {e} ({self.exit_reason(key)})") from None
-        return self._service_links(list(commands), ports)
+        return self._service_links(list(commands), ports, hosts)
 
     def stop(self) -> None:
         """Stop the local parts (``flwr`` client, links), then remove every container of
@@ -569,7 +574,9 @@ class DockerBackend(LocalBackend):
 
     def restart_superlink(self) -> None:
         """SIGUSR1 to the server container's agent: it restarts the SuperLink on the same
-        port and database (its SuperExec and the ServerApp survive, as locally)."""
+        port and database (its SuperExec and the ServerApp survive, as locally);
+        RuntimeError, as locally, when its state is in memory."""
+        self._require_superlink_db()
         self.containers[self.plan.server.name].kill(signal="SIGUSR1")
         self.superlink_restarts += 1
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import tomli_w
 
-from nodes.agent import FLOWER_ENV, flower_bin
+from nodes.agent import FLOWER_ENV, SUPERLINK_TIMING_ENV, client_nice, flower_bin
 from nodes.device_control import NodeControl
 from testbed.backends import register_backend
 from testbed.backends.base import Backend, NodeResources, NotStarted, NotSupported
@@ -31,7 +31,7 @@ from testbed.backends.zygote import Zygote
 from testbed.emulation.kinds import LINK_KINDS, LinkEnds, link_kind
 from testbed.emulation.link import Link
 from testbed.planner import Plan, PlannedNode
-from testbed.procs import Popen, ProcGroup, children_map, free_port, wait_port
+from testbed.procs import Popen, ProcGroup, children_map, free_port, log_tail, wait_port
 
 if TYPE_CHECKING:
     from testbed.space.schedule import SpaceModel
@@ -99,6 +99,10 @@ class LocalBackend(Backend):
     options: ClassVar[frozenset[str]] = frozenset({"warm", "oversubscribe"})
     #: Where host-side links (proxy, mmwave) listen: the address nodes dial.
     listen_host: str = "127.0.0.1"
+    #: The client nodes' scheduling priority (nice, 0-19), passed to each node's agent,
+    #: which sets it before anything of the node starts; None: the default,
+    #: :func:`nodes.agent.client_nice` (19, or ``$TESTBED_CLIENT_NICE``).
+    node_nice: ClassVar[int | None] = None
 
     def __init__(
         self, plan: Plan, run_dir: Path, warm: bool = True, oversubscribe: bool = False
@@ -185,10 +189,14 @@ class LocalBackend(Backend):
         self._start_superlink(host, timeout_s)
         if mode in LINK_KINDS:  # ("none": the nodes dial the SuperLink directly)
             self._start_links(mode)
-        started = [self.start_node(node.name) for node in self.plan.clients]
+        started = [(node.name, *self.start_node(node.name)) for node in self.plan.clients]
         if mode != "netem":  # (a SuperNode's Runtime API is inside its own namespace)
-            for port, p in started:
-                wait_port(port, timeout_s, p)
+            for name, port, p in started:
+                try:
+                    wait_port(port, timeout_s, p)
+                except RuntimeError as e:
+                    log = log_tail(self.node_log(name))
+                    raise RuntimeError(f"node {name}: {e}; {log}") from None
         if self.warm:  # nodes import their stack before the run is submitted
             self._wait_warm(timeout_s)
         self._wait_registered(min(timeout_s, REGISTER_TIMEOUT_S))
@@ -226,7 +234,7 @@ class LocalBackend(Backend):
             p = self.procs.start(
                 server.name,
                 self._server_prefix + cmd,
-                self.run_dir / "logs" / f"{server.name}.log",
+                self.node_log(server.name),
                 env=self._server_env(),
                 cwd=self._server_cwd(),
             )
@@ -248,6 +256,20 @@ class LocalBackend(Backend):
             return None
         return str((self.run_dir / "nodes" / self.plan.server.name).resolve())
 
+    def node_log(self, name: str) -> Path:
+        """Where node (or process key) ``name`` writes its output."""
+        return self.run_dir / "logs" / f"{name}.log"
+
+    def _require_superlink_db(self) -> None:
+        """RuntimeError unless the SuperLink keeps its state on disk (a restart of a
+        SuperLink whose state is in memory would lose the run)."""
+        if self.superlink_db() is None:
+            raise RuntimeError(
+                "superlink-restart: this run's SuperLink keeps its state in memory (no "
+                "superlink-restart planned in faults:), a restart would lose the run; "
+                "plan one in the spec's faults to keep the state on disk"
+            )
+
     def superlink_db(self) -> Path | None:
         """The SuperLink's state file, or None: its state in memory (Flower's default).
 
@@ -256,7 +278,10 @@ class LocalBackend(Backend):
         messages there. In memory otherwise: every request of the round's object
         transfers costs the SuperLink a few SQL statements on disk (about 60 % of its
         busy time, and the SuperLink is the busiest process of a fast round), and bare
-        Flower (``bench/overhead.py``) runs in memory too.
+        Flower (``bench/overhead.py``) runs in memory too. The docker backend follows
+        the same rule: on disk, 48 node containers on 2 cores made the SuperLink's
+        writes wait past SQLite's 5 s busy timeout (``database is locked``, HTTP 500s),
+        and the run failed in round 1.
         """
         if not any(f.kind == "superlink-restart" for f in self.plan.experiment.faults):
             return None
@@ -270,6 +295,7 @@ class LocalBackend(Backend):
         fl = self.plan.experiment.workload.fl
         if fl is not None and fl.protocol_timing == "fast":
             env[SUPEREXEC_POLL_ENV] = str(FAST_SUPEREXEC_POLL_S)
+            env[SUPERLINK_TIMING_ENV] = "fast"  # (nodes/fl/superlink_stack.py)
         return env
 
     def _wait_warm(self, timeout_s: float) -> None:
@@ -278,13 +304,17 @@ class LocalBackend(Backend):
         for node in self.plan.clients:
             while not self._ready_file(node.name).exists():
                 if time.monotonic() > deadline or self.procs.procs[node.name].poll() is not None:
-                    raise RuntimeError(f"node {node.name} did not warm up (see its log)")
+                    log = log_tail(self.node_log(node.name))
+                    raise RuntimeError(f"node {node.name} did not warm up; {log}")
                 time.sleep(START_POLL_S)
 
     def _limit_args(self, node: PlannedNode) -> list[str]:
         """Memory cap from the profile; CPUs pinned round-robin when the profile has
-        fewer cores than this host (a node never gets more cores than its device)."""
-        args = ["--memory-mb", str(node.profile.memory_mb)]
+        fewer cores than this host (a node never gets more cores than its device); the
+        lowest scheduling priority (:data:`nodes.agent.CLIENT_NICE`: the devices' work
+        never starves the SuperLink, the ServerApp or the runner)."""
+        nice = client_nice() if self.node_nice is None else self.node_nice
+        args = ["--memory-mb", str(node.profile.memory_mb), "--nice", str(nice)]
         host = sorted(os.sched_getaffinity(0))
         k = node.profile.cpu_cores
         if k < len(host):
@@ -350,9 +380,7 @@ class LocalBackend(Backend):
         subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True, capture_output=True)
         return ns
 
-    def start_schedules(
-        self, only: Collection[str] | None = None, t0: float | None = None
-    ) -> None:
+    def start_schedules(self, only: Collection[str] | None = None, t0: float | None = None) -> None:
         """Play time-varying links from now (called when the fleet is ready): a node's
         own ``schedule``, or its passes over the ground stations (space tier). ``only``
         and ``t0`` (a ``time.monotonic()`` origin): the links of nodes ``only``, on the
@@ -401,14 +429,15 @@ class LocalBackend(Backend):
             self._cmds[name] += self._limit_args(node)
             self.node_ports[name] = port
         cmd = self._client_prefix.get(name, []) + self._cmds[name]
-        log, env = self.run_dir / "logs" / f"{name}.log", _env(self.run_dir / "nodes" / name)
+        log, env = self.node_log(name), _env(self.run_dir / "nodes" / name)
         p = self._fork(name, cmd, log, env) or self.procs.start(name, cmd, log, env=env)
         return self.node_ports[name], p
 
     def _fork(self, name: str, cmd: list[str], log: Path, env: dict[str, str]) -> Popen | None:
         """Node ``name`` forked by the zygote (a SuperNode command only); None: start it
         plainly (no zygote, or it did not come up)."""
-        if self._zygote is None or cmd[:5] != self._node_cmd("supernode"):
+        supernode = self._node_cmd("supernode")
+        if self._zygote is None or cmd[: len(supernode)] != supernode:
             return None
         p = self._zygote.spawn(cmd, log, env)
         if p is None:  # it did not come up: every later node starts plainly, at once
@@ -428,9 +457,16 @@ class LocalBackend(Backend):
             keys[name] = key = self._service_key(name)
             self._cmds[key], self.node_ports[key] = list(cmd), ports[name]
             self.start_node(key)
+        hosts = {name: self.service_host(key) for name, key in keys.items()}
         for name in commands:
-            wait_port(ports[name], timeout_s, self.procs.procs[keys[name]])
-        return self._service_links(list(commands), ports)
+            wait_port(ports[name], timeout_s, self.procs.procs[keys[name]], host=hosts[name])
+        return self._service_links(list(commands), ports, hosts)
+
+    def service_host(self, key: str) -> str:
+        """The address a workload's process ``key`` serves on, as the runner reaches it
+        (this host's loopback; swarm: the address of the engine that runs it)."""
+        del key
+        return "127.0.0.1"
 
     def _service_key(self, name: str) -> str:
         """The process key of a service on node ``name``: the name itself, or
@@ -455,6 +491,7 @@ class LocalBackend(Backend):
         """Process keys of node ``name``: its own and those of other workloads beside it."""
         keys = [name, *self._beside.get(name, [])]
         return [k for k in keys if k in self._cmds or k in self.procs.procs]
+
     def start_processes(self, commands: Mapping[str, list[str]]) -> dict[str, str]:
         """Start nodes that run a workload's own program (no SuperNode, no port waited
         for: e.g. semantic offload's devices and fog); their node handles (faults)
@@ -467,9 +504,13 @@ class LocalBackend(Backend):
             self.start_node(key)
         return keys
 
-    def open_links(self, specs: Mapping[str, LinkSpec], server_port: int) -> dict[str, str]:
-        """A link per named node to one server port on this host (e.g. edge devices to
-        their fog node), each of its own kind (``links.mode`` or the link's ``kind``).
+    def open_links(
+        self, specs: Mapping[str, LinkSpec], server_port: int, server_host: str = "127.0.0.1"
+    ) -> dict[str, str]:
+        """A link per named node to one server at ``server_host:server_port`` (e.g. edge
+        devices to their fog node: :meth:`service_host` of its process), each of its own
+        kind (``links.mode`` or the link's ``kind``), listening where the nodes reach it
+        (:attr:`listen_host`).
 
         Returns
         -------
@@ -481,34 +522,47 @@ class LocalBackend(Backend):
         reach: dict[str, str] = {}
         for name, spec in specs.items():
             if mode == "none":
-                reach[name] = f"127.0.0.1:{server_port}"
+                reach[name] = f"{server_host}:{server_port}"
                 continue
             i = len(self._links)
-            ends = LinkEnds(i, self.plan.seed * 1000 + i, server_port=server_port,
-                            run_tag=self._run_tag)  # fmt: skip
+            ends = LinkEnds(i, self.plan.seed * 1000 + i, server_host=server_host,
+                            server_port=server_port, run_tag=self._run_tag,
+                            listen_host=self.listen_host)  # fmt: skip
             link = link_kind(spec.kind_in(mode)).build(name, spec.params(), ends,
                                                        **spec.link_options())  # fmt: skip
             if isinstance(link, _Namespaced):
-                raise ValueError(f"links.mode: {mode} links to a workload's own server need "
-                                 "a host-side kind (proxy, mmwave)")
+                raise ValueError(
+                    f"links.mode: {mode} links to a workload's own server need "
+                    "a host-side kind (proxy, mmwave)"
+                )
             link.start()
             self._links[name] = link
             reach[name] = link.connect_address(server_port)
         return reach
 
-    def _service_links(self, names: list[str], ports: Mapping[str, int]) -> dict[str, int]:
-        """A shaping proxy in front of each service node's server (none with
-        ``links.mode: none``); node name -> the 127.0.0.1 port that reaches it."""
+    def _service_links(
+        self, names: list[str], ports: Mapping[str, int], hosts: Mapping[str, str]
+    ) -> dict[str, int]:
+        """A shaping proxy in front of each service node's server (at ``hosts[name]``),
+        listening on this host's loopback for the runner (none with ``links.mode:
+        none``: the server itself, at 127.0.0.1 only); node name -> the 127.0.0.1 port
+        that reaches it."""
         planned = {n.name: n for n in self.plan.nodes}
         reach = {name: ports[name] for name in names}
         if self.plan.experiment.links.mode == "none":
+            if off := {n: h for n, h in hosts.items() if h != "127.0.0.1"}:
+                raise ValueError(
+                    f"links.mode: none: the runner reaches services on this host only, "
+                    f"not {off} (use links.mode: proxy)"
+                )
             return reach
         for i, name in enumerate(names):
             shared = self._links.get(name)
             if shared is not None and hasattr(shared, "add_route"):  # the node's own link
                 reach[name] = int(shared.add_route(ports[name]))
                 continue
-            ends = LinkEnds(index=i, seed=self.plan.seed * 1000 + i, server_port=ports[name])
+            ends = LinkEnds(index=i, seed=self.plan.seed * 1000 + i, server_port=ports[name],
+                            server_host=hosts[name])  # fmt: skip
             link = link_kind("proxy").build(name, planned[name].uplink.params(), ends)
             link.start()
             self._links[name] = link
@@ -561,12 +615,7 @@ class LocalBackend(Backend):
         RuntimeError (a live injection is then rejected) when the SuperLink keeps its
         state in memory (:meth:`superlink_db`): the restart would lose the run.
         """
-        if self.superlink_db() is None:
-            raise RuntimeError(
-                "superlink-restart: this run's SuperLink keeps its state in memory (no "
-                "superlink-restart planned in faults:), a restart would lose the run; "
-                "plan one in the spec's faults to keep the state on disk"
-            )
+        self._require_superlink_db()
         server = self.plan.server.name
         before = self._log_text(server).count(RESTARTED)
         os.kill(self.procs.procs[server].pid, signal.SIGUSR1)
@@ -632,7 +681,7 @@ class LocalBackend(Backend):
         )
 
     def _log_text(self, name: str) -> str:
-        log = self.run_dir / "logs" / f"{name}.log"
+        log = self.node_log(name)
         return log.read_text(errors="replace") if log.exists() else ""
 
     def node_ids(self) -> dict[str, str]:

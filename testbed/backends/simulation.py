@@ -113,6 +113,7 @@ class SimulationBackend(Backend):
     #: A user's Flower App runs on the Simulation Engine, observed as on local
     #: (:func:`testbed.simulation.runner.user_server_app`).
     user_apps = True
+    dilates_time = False  # virtual time: every device priced at its own speed
     #: No ``warm`` (``--cold``): the Simulation Engine runs every ClientApp in a Ray
     #: actor, there is no per-message ClientApp process to start cold or warm.
     options: ClassVar[frozenset[str]] = frozenset({"ray_address"})

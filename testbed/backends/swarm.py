@@ -12,7 +12,11 @@ the swarm manager at ``DOCKER_HOST``, so the swarm places it on one of its engin
   there).
 - **reach**: the SuperLink and the shaping proxies listen on the manager's swarm
   address (``TESTBED_SWARM_ADVERTISE`` overrides it), which the nodes dial; node
-  containers use the host network of the engine that runs them.
+  containers use the host network of the engine that runs them. ``links.mode: netem``
+  as on one engine (:mod:`testbed.emulation.container_net`: each container in a
+  namespace of its own, a veth pair to a router namespace shaped with tbf/netem) for
+  nodes on engines on the runner's host (a unix socket); validate refuses netem for a
+  node that may land elsewhere, naming it.
 - **faults through the swarm**: crash = SIGKILL to the container where its engine is
   reachable, and the task removed (service scaled to 0); outage = scale to 0 and back
   to 1 (a new task, placed by the same constraints); SuperLink restart = SIGUSR1 to the
@@ -47,6 +51,7 @@ from docker.errors import APIError, DockerException, NotFound
 from docker.types import Mount, Resources, RestartPolicy, ServiceMode
 from requests import RequestException
 
+from nodes.agent import BIND_ENV
 from testbed.backends import register_backend
 from testbed.backends.base import NotStarted, NotSupported
 from testbed.backends.docker import (
@@ -57,19 +62,21 @@ from testbed.backends.docker import (
     image_name,
     remove_containers,
 )
+from testbed.backends.docker_net import net_gate
 from testbed.backends.docker_node import PERIOD_US, DockerNode, container_limits
 from testbed.backends.host_limits import check_limits
 from testbed.backends.swarm_engines import (
     ENGINES_ENV,
     Engines,
+    check_netem,
     check_placements,
     constraints,
     engine_urls,
     placements,
-    refuse_netem,
     refuse_server_placement,
 )
 from testbed.planner import PlannedNode
+from testbed.procs import log_tail
 from testbed.spec.models import Experiment
 
 if TYPE_CHECKING:
@@ -160,9 +167,11 @@ class SwarmBackend(DockerBackend):
 
     name = "swarm"
     places_nodes = True
-    #: The FL workload (its SuperNodes dial the SuperLink through the links); other
-    #: workloads' services are reached on 127.0.0.1 by the runner, so not yet here.
-    workloads: ClassVar[frozenset[str] | None] = frozenset({"fl"})
+    #: Every workload: a workload's own servers (function runtimes, LLM stages, the
+    #: semantic fog) listen on 0.0.0.0 in their containers and the runner reaches them
+    #: at their engine's address (:meth:`service_host`).
+    workloads: ClassVar[frozenset[str] | None] = None
+    options: ClassVar[frozenset[str]] = DockerBackend.options | {"advertise"}
 
     def __init__(
         self,
@@ -171,16 +180,22 @@ class SwarmBackend(DockerBackend):
         warm: bool = True,
         image: str | None = None,
         oversubscribe: bool = False,
+        advertise: str | None = None,
     ) -> None:
         super().__init__(plan, run_dir, warm, image, oversubscribe)
-        self.engines = Engines(self.client, engine_urls())
+        # the address the nodes dial (--advertise-addr, else TESTBED_SWARM_ADVERTISE,
+        # else the manager's swarm address)
+        self.engines = Engines(self.client, engine_urls(), advertise)
         self.listen_host = self.engines.address
         self.host = self.engines.host()
         self.services: dict[str, Service] = {}
         self.placed: dict[str, str] = {}  # node -> swarm node id its task runs on
         self.image_loads: dict[str, float] = {}  # engine hostname -> seconds to load
+        self._distributed: set[str] = set()  # images loaded into the engines this run
         self._placement = placements(plan.experiment, self.engines.ready())
-        self._placement[plan.server.name] = {"node": self.engines.manager_id}
+        server = next((n.name for n in plan.nodes if n.role == "server"), None)
+        if server is not None:  # (a fleet without FL has none)
+            self._placement[server] = {"node": self.engines.manager_id}
 
     # -- what it supports ---------------------------------------------------------------
     @classmethod
@@ -199,13 +214,13 @@ class SwarmBackend(DockerBackend):
     def preflight(
         cls, experiments: Sequence[Experiment], options: Mapping[str, Any] | None = None
     ) -> None:
-        """The declarations; netem refused (it shapes a container's namespace from this
-        host); with a manager answering: every placement matches a ready engine, the
-        profiles fit the largest engine (unless ``oversubscribe``), and an engine fault
-        (:data:`ENGINE_FAULTS`) targets only nodes whose engines the runner reaches."""
+        """The declarations; with a manager answering: every placement matches a ready
+        engine, the profiles fit the largest engine (unless ``oversubscribe``), an engine
+        fault (:data:`ENGINE_FAULTS`) targets only nodes whose engines the runner
+        reaches, and netem links only nodes on engines on this host
+        (:func:`~testbed.backends.swarm_engines.check_netem`)."""
         super(DockerBackend, cls).preflight(experiments, options)  # (not this host's limits)
         for exp in experiments:
-            refuse_netem(exp)
             refuse_server_placement(exp)
         try:
             engines = Engines.from_env(PING_TIMEOUT_S)
@@ -215,6 +230,7 @@ class SwarmBackend(DockerBackend):
             over = bool((options or {}).get("oversubscribe"))
             for exp in experiments:
                 check_placements(exp, engines)
+                check_netem(exp, engines)
                 check_limits(exp, engines.host(), over)
         finally:
             engines.close()
@@ -223,13 +239,17 @@ class SwarmBackend(DockerBackend):
     def start(self, timeout_s: float = 120.0) -> None:
         """:meth:`DockerBackend.start`, the image first loaded into every reachable engine
         that lacks it."""
-        check_image(self.client, self.image)
         self._distribute(self.image)
         super().start(timeout_s)
 
     def _distribute(self, image: str) -> None:
         """``docker save | docker load`` of ``image`` from the manager into each reachable
-        engine that lacks it; the seconds each took are recorded (``image_loads``)."""
+        engine that lacks it, once per run; the seconds each took are recorded
+        (``image_loads``)."""
+        if image in self._distributed:
+            return
+        check_image(self.client, image)
+        self._distributed.add(image)
         for node_id, client in self.engines.clients.items():
             if node_id == self.engines.manager_id:
                 continue
@@ -253,8 +273,9 @@ class SwarmBackend(DockerBackend):
         """A one-replica service for node ``name`` (host network, the node's placement as
         constraints, no restart: a crash stays a crash), and its task's container once it
         runs."""
-        if app := self.app_image:  # (a derived image, built on the manager)
-            self._distribute(app.image)
+        # the image on every engine, also for a workload's own servers without a fleet
+        # start (start_services): a derived image is built on the manager
+        self._distribute(app.image if (app := self.app_image) else self.image)
         mounts = [
             Mount(bind["bind"], source, type="bind", read_only=bind["mode"] == "ro")
             for source, bind in volumes.items()
@@ -272,7 +293,7 @@ class SwarmBackend(DockerBackend):
             workdir=str(self.run_dir / "nodes" / name),
             user=f"{os.getuid()}:{os.getgid()}",
             networks=[network] if network != "none" else [],
-            constraints=constraints(self._placement.get(name, {})),
+            constraints=constraints(self._placement.get(self._service_of.get(name, name), {})),
             mode=ServiceMode("replicated", replicas=1),
             restart_policy=RestartPolicy(condition="none"),
             resources=Resources(cpu_limit=int(cpus * 1e9) or None, mem_limit=memory or None),
@@ -329,7 +350,30 @@ class SwarmBackend(DockerBackend):
             container.update(cpuset_cpus=pins)
 
     def _planned(self, name: str) -> PlannedNode | None:
+        """The planned node of ``name`` (a node, or a workload's process key on it)."""
+        name = self._service_of.get(name, name)
         return next((n for n in self.plan.nodes if n.name == name), None)
+
+    def _container_name(self, name: str) -> str:
+        """As on one engine, without dots (a service name is a DNS label: ``edge-1.svc``
+        becomes ``edge-1-svc``)."""
+        return super()._container_name(name).replace(".", "-")
+
+    def _env(self, name: str) -> dict[str, str]:
+        """As on one engine, and a workload's own servers listen on every address (the
+        runner may be on another host: :meth:`service_host`)."""
+        return {**super()._env(name), BIND_ENV: "0.0.0.0"}
+
+    def service_host(self, key: str) -> str:
+        """The address of the engine whose task runs process ``key`` (or, given a node's
+        name, its latest workload process): loopback on the manager, else the swarm
+        node's address."""
+        if key not in self.placed:
+            keys = [k for k, node in self._service_of.items() if node == key and k in self.placed]
+            key = keys[-1] if keys else key
+        if key not in self.placed:
+            raise NotStarted(key, sorted(self.placed))
+        return self.engines.address_of(self.placed[key])
 
     def scale(self, name: str, replicas: int) -> None:
         """Scale node ``name``'s service (0: its task removed; 1: a new one placed)."""
@@ -339,15 +383,18 @@ class SwarmBackend(DockerBackend):
 
     def start_node(self, name: str) -> tuple[int, Any]:
         """A node's first start: its service; again after a crash or stop: the service
-        scaled back to 1 (a new task, placed by the same constraints)."""
+        scaled back to 1 (a new task, placed by the same constraints; netem: its new
+        namespace plumbed into the node's link, whose schedule and counters go on)."""
         if name not in self.services:
             return super().start_node(name)
         self.downed.discard(name)
+        net_gate(self.run_dir, name).unlink(missing_ok=True)  # (netem: plumbed again)
         self.scale(name, 1)
         self._wait_gone_tasks(name)
         node = self._planned(name)
         limits = self._limits(node) if node is not None and node in self.plan.clients else None
         self.containers[name] = self._task_container(name, limits)
+        self._plumb(name)  # (netem: the new task's own namespace)
         return self.node_ports[name], self.proc(name)
 
     def _wait_gone_tasks(self, name: str) -> None:
@@ -369,10 +416,10 @@ class SwarmBackend(DockerBackend):
         while self.warm and not self._ready_file(name).exists():
             if time.monotonic() > deadline or self.proc(name).poll() is not None:
                 why = self.exit_reason(name) or "still starting"
+                log = log_tail(self.node_log(name))
                 raise RuntimeError(
-                    f"node {name} did not warm up on {self._where(name)} ({why}; see "
-                    f"{self.run_dir}/logs/{name}.log; the run folder must be at the "
-                    "same path on every engine's host)"
+                    f"node {name} did not warm up on {self._where(name)} ({why}; the run "
+                    f"folder must be at the same path on every engine's host); {log}"
                 )
             time.sleep(0.2)
 

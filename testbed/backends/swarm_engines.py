@@ -73,7 +73,12 @@ class Engines:
         Other engines the runner reaches (:data:`ENGINES_ENV`).
     """
 
-    def __init__(self, manager: docker.DockerClient, urls: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        manager: docker.DockerClient,
+        urls: Sequence[str] = (),
+        advertise: str | None = None,
+    ) -> None:
         info = manager.info().get("Swarm") or {}
         if not info.get("ControlAvailable"):
             raise ValueError(
@@ -82,7 +87,9 @@ class Engines:
                 "init` there, or point DOCKER_HOST at a manager"
             )
         self.manager_id: str = info["NodeID"]
-        self.address: str = os.environ.get(ADVERTISE_ENV) or info.get("NodeAddr") or "127.0.0.1"
+        self.address: str = (
+            advertise or os.environ.get(ADVERTISE_ENV) or info.get("NodeAddr") or "127.0.0.1"
+        )
         self.clients: dict[str, docker.DockerClient] = {self.manager_id: manager}
         self.urls: dict[str, str] = {self.manager_id: os.environ.get("DOCKER_HOST", "")}
         for url in urls:
@@ -119,6 +126,19 @@ class Engines:
                 return str((n.get("Description") or {}).get("Hostname", "?"))
         return "?"
 
+    def address_of(self, node_id: str) -> str:
+        """Where the runner reaches a server a task of swarm node ``node_id`` listens on
+        (host network): this host's loopback on the manager (the runner's host), else
+        the node's swarm address (``Status.Addr``)."""
+        if node_id == self.manager_id:
+            return "127.0.0.1"
+        for n in self.nodes:
+            if n.get("ID") == node_id:
+                addr = str((n.get("Status") or {}).get("Addr") or "")
+                if addr and addr != "0.0.0.0":
+                    return addr
+        raise ValueError(f"swarm node {node_id[:12]}: no address the runner can reach")
+
     def close(self) -> None:
         for node_id, client in self.clients.items():
             if node_id != self.manager_id:
@@ -129,20 +149,52 @@ def engine_urls() -> list[str]:
     return [u.strip() for u in os.environ.get(ENGINES_ENV, "").split(",") if u.strip()]
 
 
-def refuse_netem(exp: Experiment) -> None:
+def netem_nodes(exp: Experiment) -> tuple[str, list[str]]:
+    """The YAML field that makes netem links, and the client nodes they shape."""
     mode = exp.links.mode
     netem = [
         n.name
         for n in make_plan(exp).clients
         if mode != "none" and n.uplink.kind_in(mode) == "netem"
     ]
-    if netem:
-        field = "links.mode" if mode == "netem" else f"links.nodes.{netem[0]}.kind"
-        raise NotSupported(
-            f"{field}: netem is not supported on --backend swarm: it shapes a container's "
-            "own namespace from this host, and a swarm node may run on another (use "
-            "links.mode: proxy: the same shaping, in the runner's proxies)"
-        )
+    field = "links.mode" if mode == "netem" or not netem else f"links.nodes.{netem[0]}.kind"
+    return field, netem
+
+
+def local_engine(url: str) -> bool:
+    """Whether an engine URL is on this host (a unix socket; empty: the default one)."""
+    return not url or url.startswith("unix://")
+
+
+def check_netem(exp: Experiment, engines: Engines) -> None:
+    """netem shapes each node container's own namespace from this host, as on one engine
+    (:mod:`testbed.emulation.container_net`): it needs what it needs there (root,
+    ``ip``/``tc``), the manager (the SuperLink's side of the links) on this host, and
+    every netem node placed only on engines the runner reaches through a socket on this
+    host (its container's namespace is then this host's to plumb)."""
+    field, netem = netem_nodes(exp)
+    if not netem:
+        return
+    from testbed.emulation.container_net import container_netem_problem
+
+    why = container_netem_problem(engines.urls[engines.manager_id] or None)
+    if why is not None:
+        raise NotSupported(f"{field}: netem cannot shape the swarm's containers here: {why}")
+    chosen = placements(exp, engines.ready())
+    for name in netem:
+        away = [
+            n
+            for n in engines.ready()
+            if matches(n, chosen[name]) and not local_engine(engines.urls.get(n["ID"], "tcp:"))
+        ]
+        if away:
+            raise NotSupported(
+                f"{field}: netem shapes node {name}'s container namespace from this host, "
+                f"and {name} may run on {', '.join(describe(n) for n in away)}, which is "
+                f"not an engine on this host the runner reaches (a unix socket in "
+                f"{ENGINES_ENV}): pin {name} with fleet.nodes[].placement, or use "
+                "links.mode: proxy (the same shaping, in the runner's proxies)"
+            )
 
 
 def refuse_server_placement(exp: Experiment) -> None:

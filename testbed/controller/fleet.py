@@ -11,26 +11,41 @@ or a link schedule moved it away from its spec), ``not emulated`` (``links.mode:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
-from testbed.emulation.link import LinkParams
+from testbed.controller.fleet_nodes import (
+    LINK_KEYS,
+    TIER_ORDER,
+    Replay,
+    add_metrics,
+    has_link,
+    link_dict,
+    link_params,
+    node_dict,
+)
 from testbed.planner import Plan
-from testbed.rows import EventRow, MetricRow
+from testbed.rows import EventRow, MetricRow, StatusRow
 
-TIER_ORDER = ("space", "cloud", "fog", "edge")
-
-
-#: A link's values shown beside its state (``partitioned`` is the state itself).
-LINK_KEYS = tuple(k for k in LinkParams.field_names() if k != "partitioned")
-
-
-def _link_params(link: Any) -> dict[str, Any]:
-    return {key: getattr(link, key) for key in LINK_KEYS}
+__all__ = [
+    "LINK_KEYS",
+    "TIER_ORDER",
+    "Replay",
+    "add_metrics",
+    "fleet_state",
+    "has_link",
+    "link_dict",
+    "link_params",
+    "node_dict",
+    "planned_fleet",
+]
 
 
 def planned_fleet(plan: Plan) -> dict[str, Any]:
     """Topology of a plan with every node ``planned`` and every link at its spec.
+
+    A plan of more than :data:`~testbed.controller.fleet_groups.GROUPED_ABOVE` nodes gets
+    the grouped view instead (:func:`~testbed.controller.fleet_groups.grouped_fleet`:
+    nodes per tier/profile with counts, nothing made per node).
 
     Returns
     -------
@@ -39,38 +54,12 @@ def planned_fleet(plan: Plan) -> dict[str, Any]:
         name, tier, role, profile and the profile's CPU/memory/accelerator figures; a link
         joins a client node to the server node with its bandwidth, latency, jitter, loss.
     """
+    from testbed.controller.fleet_groups import GROUPED_ABOVE, grouped_fleet
+
+    if len(plan.nodes) > GROUPED_ABOVE:
+        return grouped_fleet(plan)
     mode = plan.experiment.links.mode
-    nodes = [
-        {
-            "name": n.name,
-            "tier": n.tier,
-            "role": n.role,
-            "profile": n.profile_name,
-            "cpu_cores": n.profile.cpu_cores,
-            "cpu_speed_factor": n.profile.cpu_speed_factor,
-            "memory_mb": n.profile.memory_mb,
-            "accelerator": n.profile.accelerator,
-            "power_w": n.profile.power_w,
-            "state": "planned",
-            "detail": "",
-            "workloads": list(n.workloads),
-        }
-        for n in plan.nodes
-    ]
     server = next((n.name for n in plan.nodes if n.role == "server"), None)
-    links = [
-        {
-            "node": n.name,
-            "peer": server,
-            **_link_params(n.uplink),
-            "scheduled": bool(n.uplink.schedule),
-            "state": "ok" if mode != "none" else "not emulated",
-            "bytes_up": None,
-            "bytes_down": None,
-        }
-        for n in plan.nodes  # FL's clients, and the nodes of other workloads beside FL
-        if server is not None and (n.role == "client" or (n.role == "none" and n.workloads))
-    ]
     tiers = [t for t in TIER_ORDER if any(n.tier == t for n in plan.nodes)]
     return {
         "name": plan.name,
@@ -78,21 +67,9 @@ def planned_fleet(plan: Plan) -> dict[str, Any]:
         "server": server,
         "links_mode": mode,
         "round": 0,
-        "nodes": nodes,
-        "links": links,
+        "nodes": [node_dict(n) for n in plan.nodes],
+        "links": [link_dict(n, server, mode) for n in plan.nodes if has_link(n, server)],
     }
-
-
-def _mark_fault(n: dict[str, Any] | None, lk: dict[str, Any] | None, kind: str) -> None:
-    """The last fault injected into a node (or its link): its kind's label and marker."""
-    from testbed.faults import FAULT_KINDS
-
-    if kind not in FAULT_KINDS:
-        return
-    cls = FAULT_KINDS[kind]
-    target = lk if cls.target == "link" else n
-    if target is not None:
-        target["fault"] = {"kind": kind, "label": cls.label, "marker": cls.marker}
 
 
 def fleet_state(
@@ -100,8 +77,11 @@ def fleet_state(
     events: Iterable[EventRow],
     metrics: Iterable[MetricRow],
     run_status: str,
+    statuses: Iterable[StatusRow] = (),
 ) -> dict[str, Any]:
-    """Replay a run's events over its planned fleet.
+    """Replay a run's events over its planned fleet (a fleet of more than
+    :data:`~testbed.controller.fleet_groups.GROUPED_ABOVE` nodes: by group,
+    :func:`~testbed.controller.fleet_groups.grouped_state`).
 
     Parameters
     ----------
@@ -113,106 +93,23 @@ def fleet_state(
         The run's metrics (traffic per link, peak memory per node).
     run_status : str
         The run's status; nodes of a finished run keep their last state.
+    statuses : iterable of StatusRow
+        The run's statuses per round and node (read by the grouped view only: its
+        nodes with a failed round, and its counts of sampled nodes per round).
     """
+    from testbed.controller.fleet_groups import GROUPED_ABOVE, grouped_state
+
+    if len(plan.nodes) > GROUPED_ABOVE:
+        return grouped_state(plan, events, metrics, run_status, statuses)
     fleet = planned_fleet(plan)
-    replay = _Replay(
+    replay = Replay(
         nodes={n["name"]: n for n in fleet["nodes"]},
         links={lk["node"]: lk for lk in fleet["links"]},
     )
     for ev in events:
         replay.event(ev)
     replay.settle()
-    _add_metrics(replay.nodes, replay.links, metrics)
+    add_metrics(replay.nodes, replay.links, metrics)
     fleet["round"] = replay.round
     fleet["run_status"] = run_status
     return fleet
-
-
-@dataclass
-class _Replay:
-    """Node and link states as the events so far leave them."""
-
-    nodes: dict[str, dict[str, Any]]
-    links: dict[str, dict[str, Any]]
-    ready: bool = False
-    round: int = 0
-    until: dict[str, int | None] = field(default_factory=dict)  # slowed down until round
-
-    def event(self, ev: EventRow) -> None:
-        """Apply one event to the fleet, its node and the node's link."""
-        d = ev.data_dict
-        if ev.kind == "fleet_ready":
-            self.ready = True
-        elif ev.kind == "round_start" and ev.round is not None:
-            self.round = int(ev.round)
-        if not ev.node:
-            return
-        if ev.kind == "fault_injected":
-            _mark_fault(self.nodes.get(ev.node), self.links.get(ev.node), d.get("kind", ""))
-        n = self.nodes.get(ev.node)
-        if n is not None:
-            self._node_event(n, ev.node, ev.kind, d)
-        lk = self.links.get(ev.node)
-        if lk is not None:
-            _link_event(lk, ev.kind, d)
-
-    def _node_event(self, n: dict[str, Any], name: str, kind: str, d: dict[str, Any]) -> None:
-        if kind == "node_down":
-            n["state"], n["detail"] = "down", d.get("reason", "")
-        elif kind in ("node_restarted", "node_rejoined"):
-            n["state"], n["detail"] = "up", kind.replace("_", " ")
-        elif kind in ("straggler_set", "misconfig_set"):
-            self.until[name] = d.get("until_round")
-            if kind == "straggler_set":
-                n["state"], n["detail"] = "straggling", f"x{d.get('factor')} slowdown"
-            else:
-                n["state"], n["detail"] = "misconfigured", d.get("mode", "")
-            if d.get("until_round"):
-                n["detail"] += f" until round {d['until_round']}"
-
-    def settle(self) -> None:
-        """Nodes no event touched are up (or starting); slowdowns past their round end."""
-        for name, n in self.nodes.items():
-            if n["state"] == "planned":
-                n["state"] = "up" if self.ready else "starting"
-            last = self.until.get(name)
-            slowed = n["state"] in ("straggling", "misconfigured")
-            if slowed and last is not None and self.round > last:
-                n["state"], n["detail"] = "up", ""
-
-
-def _link_event(lk: dict[str, Any], kind: str, d: dict[str, Any]) -> None:
-    """A link partitioned, healed, or changed (live or by its schedule)."""
-    if kind == "link_partitioned":
-        lk["state"] = "partitioned"
-    elif kind == "link_healed":
-        lk["state"] = "ok"
-    elif kind in ("link_changed", "link_degraded", "link_restored"):
-        params = d.get("params", d)  # schedule changes nest them under "params"
-        lk.update({key: params[key] for key in LINK_KEYS if key in params})
-        if params.get("partitioned"):
-            lk["state"] = "partitioned"
-        else:
-            lk["state"] = "ok" if kind == "link_restored" else "degraded"
-
-
-def _add_metrics(
-    nodes: dict[str, dict[str, Any]], links: dict[str, dict[str, Any]], metrics: Iterable[MetricRow]
-) -> None:
-    """Bytes up/down per link (wire counters when the run has them, else payloads),
-    peak memory per node and, where the engine measured it (docker stats), mean CPU."""
-    payload: dict[str, dict[str, float]] = {}
-    for m in metrics:
-        if m.node is None or m.value is None:
-            continue
-        if m.node in links and m.name in ("link_bytes_up", "link_bytes_down"):
-            payload.setdefault(m.node, {})["wire_" + m.name[5:]] = m.value
-        elif m.node in links and m.name in ("bytes_received", "bytes_sent"):
-            key = "bytes_up" if m.name == "bytes_received" else "bytes_down"
-            sums = payload.setdefault(m.node, {})
-            sums[key] = sums.get(key, 0.0) + m.value
-        elif m.node in nodes and m.name in ("peak_rss_mb", "mean_cpu_pct"):
-            nodes[m.node][m.name] = m.value
-    for node, p in payload.items():
-        links[node]["bytes_up"] = p.get("wire_bytes_up", p.get("bytes_up"))
-        links[node]["bytes_down"] = p.get("wire_bytes_down", p.get("bytes_down"))

@@ -138,7 +138,10 @@ class Controller:
     def _expand(self, text: str, source: str, overrides: list[str]) -> list[Experiment]:
         """Every configuration of YAML text with overrides (SpecError: its problems)."""
         with tempfile.TemporaryDirectory() as d:
-            p = Path(d) / (Path(source).name or "experiment.yaml")
+            name = Path(source).name
+            if "\x00" in name or len(name.encode()) > 255:  # (not a file name: a 422)
+                raise UserError(422, f"source: not a file name: {source[:80]!r}")
+            p = Path(d) / (name or "experiment.yaml")
             p.write_text(text, encoding="utf-8")
             return [e for _a, e in expand(p, parse_set(overrides), self.experiments_dir)]
 
@@ -406,11 +409,16 @@ class Controller:
         return [dict(zip(keys, r, strict=True)) for r in self.store.round_status(run.run_id)]
 
     def fleet(self, run_id: str) -> dict[str, Any]:
-        """Nodes and links of a run with their state now (or at the end of the run)."""
+        """Nodes and links of a run with their state now (or at the end of the run); a
+        large fleet by group (:mod:`testbed.controller.fleet_groups`)."""
         run = self._run(run_id)
         plan = self.plan_of(run)
         fleet = fleet_state(
-            plan, self.store.events(run.run_id), self.store.metrics(run.run_id), run.status
+            plan,
+            self.store.events(run.run_id),
+            self.store.metrics(run.run_id),
+            run.status,
+            self.store.round_status(run.run_id),
         )
         return {**fleet, "run_id": run.run_id, "backend": run.backend}
 

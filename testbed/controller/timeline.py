@@ -107,9 +107,11 @@ def virtual_clock(rows: Sequence[WorkloadMetricRow], t0: float) -> VirtualOf | N
 def key_summary(
     metrics: Sequence[Mapping[str, Any]], tags: Sequence[Mapping[str, Any]],
     bounds: Mapping[str, Mapping[str, tuple[str, Mapping[str, float]]]] | None = None,
+    tdf: float = 1.0,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """Per (workload, key metric): rows, mean, p50, p95, last, and rows per second from
-    the first row to the last (a per-request metric's throughput); ``kind``: measured /
+    the first row to the last (a per-request metric's throughput; per emulated second
+    under time dilation ``tdf``: the rows' wall-clock span / ``tdf``); ``kind``: measured /
     modelled as the rows' tags say (None: not tagged); where the workload bounds the
     metric (``bounds``: workload -> :func:`key_bounds`), ``bound`` (its label) and
     ``within_bound_pct``: the share of rows with a bound (by their series, the row's
@@ -121,7 +123,7 @@ def key_summary(
     for (wl, name), idx in groups.items():
         vals = np.array([metrics[i]["value"] for i in idx if metrics[i]["value"] is not None])
         ts = [float(metrics[i]["t_s"]) for i in idx]
-        span = max(ts) - min(ts)
+        span = (max(ts) - min(ts)) / tdf
         kinds = sorted({str(tags[i].get("kind")) for i in idx} & {"measured", "modelled"})
         out.append({
             "workload": wl, "name": name, "rows": len(idx),
@@ -248,8 +250,9 @@ def run_timeline(
         "hosts": hosts,
         "ran": _ran(rows, sections, list(hosts) or [n.name for n in nodes]),
         "metrics": metrics,
+        "time_dilation": (tdf := store.time_dilation(run_id)),
         "summary": key_summary(
-            metrics, tags, {s: key_bounds(s, (specs or {}).get(s) or {}) for s in sections}
+            metrics, tags, {s: key_bounds(s, (specs or {}).get(s) or {}) for s in sections}, tdf
         ),
         "events": drawn,
         "swimlanes": lanes,

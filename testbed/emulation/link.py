@@ -83,6 +83,19 @@ class LinkParams:
         self._check_names(changes)
         return _replace(self, **changes)
 
+    def on_wall_clock(self, tdf: float) -> Self:
+        """What a shaper applies for these (emulated) parameters under time dilation
+        ``tdf`` (:mod:`kernel.dilation`): bandwidth divided by ``tdf``, latency and jitter
+        multiplied by it (loss and partitions are timeless)."""
+        if tdf == 1.0:
+            return self
+        return _replace(
+            self,
+            bandwidth_mbps=None if self.bandwidth_mbps is None else self.bandwidth_mbps / tdf,
+            latency_ms=self.latency_ms * tdf,
+            jitter_ms=self.jitter_ms * tdf,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of every field (for events, run records and the simulation's
         settings); :meth:`from_dict` reads it back."""

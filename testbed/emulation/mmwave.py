@@ -3,9 +3,10 @@
 An :class:`MmwaveLink` is a :class:`~testbed.emulation.proxy.ShapingProxy` whose
 bandwidth is not a number from the YAML but the goodput of a Sionna channel
 (:class:`radio.link_model.RadioLinkModel`): a radio thread computes one window
-(``update_s``) at a time, over ``ceil(update_s / max(T_c, slot))`` blocks whose
-number follows the UE's speed (the model's docstring), and applies its rate live
-through ``set_params``, as a schedule would. A window in which
+(``update_s``, emulated time: TDF x on the wall clock under time dilation) at a time,
+over ``ceil(update_s / max(T_c, slot))`` blocks whose number follows the UE's speed
+(the model's docstring), and applies its rate live through ``set_params``, as a
+schedule would. A window in which
 every block failed partitions the link (blackhole: bytes wait, connections stay) until a
 window succeeds again. Latency, jitter and loss still come from the YAML (and its
 ``schedule``); a radio ``schedule`` (SNR, distance, UE speed over time) is played from
@@ -124,7 +125,7 @@ class MmwaveLink(ShapingProxy):
         """The radio ``schedule``'s origin (``time.monotonic()``): the fleet's ready time
         (windows noted before, e.g. the first at the link's start, move to that clock)."""
         for w in self._windows:
-            w["t_s"] = round(w["t_s"] + self._t0 - t0, 4)
+            w["t_s"] = round(w["t_s"] + (self._t0 - t0) / self._state.tdf, 4)
         self._t0 = t0
 
     def stop(self) -> None:
@@ -134,11 +135,12 @@ class MmwaveLink(ShapingProxy):
         super().stop()
 
     def _radio_loop(self) -> None:
-        period = self.radio.update_s
+        factor = self._state.tdf  # radio time is emulated: a window lasts TDF x on the wall
+        period = self.radio.update_s * factor
         k = 1
         start = time.monotonic()
         while not self._stop_radio.wait(max(0.0, start + k * period - time.monotonic())):
-            t_s = time.monotonic() - self._t0
+            t_s = (time.monotonic() - self._t0) / factor
             try:
                 w = self.model.window(self.model.state_at(t_s))
                 self._apply_window(w, t_s)
@@ -176,8 +178,8 @@ class MmwaveLink(ShapingProxy):
         return sum(rates) / len(rates) if rates else float(self._rate_mbps or 0.0)
 
     def radio_time_s(self) -> float:
-        """Seconds on the radio clock now."""
-        return time.monotonic() - self._t0
+        """Seconds on the radio clock now (emulated: wall / TDF)."""
+        return (time.monotonic() - self._t0) / self._state.tdf
 
     def counters(self) -> dict[str, Any]:
         """The proxy's counters plus ``radio``: the model's record and its windows."""

@@ -369,17 +369,18 @@ class NetemLink:
 
     # -- internals -------------------------------------------------------------------
     def _apply(self, params: LinkParams) -> None:
+        shaped = params.on_wall_clock(self._state.tdf)  # what tc applies (dilated)
         delayed = params.latency_ms > 0 or params.jitter_ms > 0
         if delayed and self._engine is None:
             raise NetemUnavailable(
                 "latency/jitter need sch_netem or NFQUEUE; this kernel has neither"
             )
         for dev in ("ctr1", "ctr0"):
-            self._qdiscs(dev, params)
+            self._qdiscs(dev, shaped)
         self._state.set_params(params)
         if self._delay is not None:
             for q in (_Q_UP, _Q_DOWN):
-                self._delay.set_delay(q, params.latency_ms, params.jitter_ms)
+                self._delay.set_delay(q, shaped.latency_ms, shaped.jitter_ms)
         self._rules()
 
     def _qdiscs(self, dev: str, p: LinkParams) -> None:

@@ -117,8 +117,9 @@ class Shaper:
 
     @property
     def params(self) -> LinkParams:
-        """The parameters in force."""
-        return self.state.params
+        """The parameters in force, as shaped on the wall clock (dilated: bandwidth /
+        TDF, latency and jitter x TDF; :attr:`LinkState.wall_params`)."""
+        return self.state.wall_params
 
     def start(self, now: float) -> None:
         """Create the gate and the buckets (on the loop, at loop time ``now``)."""

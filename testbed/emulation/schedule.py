@@ -5,7 +5,8 @@ origin ``t0`` (a ``time.monotonic()`` value) in its own thread and calls the lin
 ``set_params`` for each change:
 
 - piecewise schedules: at start, the segment in force is applied if it differs from the
-  link's parameters; then each later segment at its boundary ``t0 + start_s``;
+  link's parameters; then each later segment at its boundary ``t0 + start_s * TDF``
+  (schedule times are emulated; :mod:`kernel.dilation`, TDF 1 without dilation);
 - function schedules: sampled every ``poll_s`` on the grid ``t0 + k * poll_s`` and applied
   when the value differs from the link's parameters. A driver that falls behind (a slow
   ``set_params``) skips to the next grid point in the future instead of replaying the
@@ -24,6 +25,7 @@ import math
 import threading
 import time
 
+from kernel.dilation import tdf
 from testbed.emulation.link import Link, LinkParams, LinkSchedule
 from testbed.emulation.state import LinkState
 
@@ -89,12 +91,13 @@ class ScheduleDriver:
             log.exception("link %s: schedule stopped", self.link.name)
 
     def _play_segments(self, schedule: LinkSchedule, t0: float, stop: threading.Event) -> None:
+        factor = tdf()  # schedules are in emulated time: a segment starts TDF x later
         now = time.monotonic()
-        current = schedule.at(now - t0)
+        current = schedule.at((now - t0) / factor)
         if current != self.link.params:
             self._apply(current, now)
         for start_s, params in schedule.segments:
-            due = t0 + start_s
+            due = t0 + start_s * factor
             if due <= now:
                 continue
             if stop.wait(max(0.0, due - time.monotonic())):
@@ -102,11 +105,12 @@ class ScheduleDriver:
             self._apply(params, due)
 
     def _poll(self, schedule: LinkSchedule, t0: float, stop: threading.Event) -> None:
-        poll_s = schedule.poll_s
+        poll_s = schedule.poll_s  # wall seconds between samples (emulated: / TDF)
+        factor = tdf()
         k = max(0, math.ceil((time.monotonic() - t0) / poll_s))
         while not stop.wait(max(0.0, t0 + k * poll_s - time.monotonic())):
             due = t0 + k * poll_s
-            params = schedule.at(due - t0)
+            params = schedule.at((due - t0) / factor)
             if params != self.link.params:
                 self._apply(params, due)
             k = max(k + 1, math.ceil((time.monotonic() - t0) / poll_s))

@@ -47,7 +47,11 @@ class LinkState:
     """
 
     def __init__(self, params: LinkParams) -> None:
+        from kernel.dilation import tdf
+
+        self.tdf = tdf()  # the run's time dilation when the link was made
         self._params = check_params(params)
+        self._wall = self._params.on_wall_clock(self.tdf)  # (read per chunk: kept)
         self._manual: str | None = None
         self._lock = threading.Lock()
         self._running = False
@@ -81,6 +85,12 @@ class LinkState:
         return self._params
 
     @property
+    def wall_params(self) -> LinkParams:
+        """What the shaper applies: the parameters on the dilated wall clock
+        (:meth:`LinkParams.on_wall_clock`; the same without dilation)."""
+        return self._wall
+
+    @property
     def manual(self) -> str | None:
         """The manual partition mode, or ``None`` when none is on."""
         return self._manual
@@ -98,6 +108,7 @@ class LinkState:
         check_params(params)
         with self._lock:
             self._params = params
+            self._wall = params.on_wall_clock(self.tdf)
             self._account(time.monotonic())
             return self.mode
 

@@ -15,7 +15,7 @@ to GPU at 100 x SLO (100 s). Every value can be set explicitly.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -101,6 +101,11 @@ class RuntimeSpec(Frozen):
 
 class FunctionsSpec(Hosted):
     """The serverless workload: functions, load, placement policy and runtime."""
+
+    #: Every clock it keeps follows :mod:`kernel.dilation` (arrivals, the runtime's
+    #: windows, the nodes' device waits and virtual clocks; e2e and cold starts are
+    #: recorded emulated), so it may run under ``time_dilation``.
+    dilated_clock: ClassVar[bool] = True
 
     policy: str = Field(
         "gaia", description="a policy of testbed/functions/placement.py or package.module:fn"

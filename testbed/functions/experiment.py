@@ -226,7 +226,8 @@ def start_nodes(backend: Backend, prep: Prepared, ctx: RunContext) -> dict[str, 
                           "--port-file", str(files[name]), "--port", str(ports[name])]  # fmt: skip
     reach = backend.start_services(commands, ports, START_TIMEOUT_S)
     return {
-        name: FunctionNode(name, ports[name], read_port_file(files[name])["gpu"], reach[name])
+        name: FunctionNode(name, ports[name], read_port_file(files[name])["gpu"], reach[name],
+                           backend.service_host(name))  # fmt: skip
         for name in used
     }
 
@@ -250,7 +251,8 @@ def deploy_one(
     pl = prep.placements[name]
     warmup = request_maker(import_function(prep.paths[name]))(dict(fn.request), 0)
     body = {"module": str(prep.paths[name]), "backend": backend or pl.backend, "warmup": warmup}
-    return http_call(nodes[pl.node].port, "POST", f"/deploy/{name}", body, START_TIMEOUT_S * 3)
+    n = nodes[pl.node]
+    return http_call(n.port, "POST", f"/deploy/{name}", body, START_TIMEOUT_S * 3, host=n.host)
 
 
 def deploy(prep: Prepared, nodes: dict[str, FunctionNode], metric: Metric) -> None:
@@ -275,7 +277,7 @@ def node_stats(nodes: dict[str, FunctionNode]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for name, n in nodes.items():
         try:
-            out[name] = http_call(n.port, "GET", "/stats", timeout=30.0)
+            out[name] = http_call(n.port, "GET", "/stats", timeout=30.0, host=n.host)
         except (OSError, RuntimeError):
             out[name] = {"functions": {}}
     return out

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from kernel.dilation import emulated, wall
 from testbed.functions.config import FunctionSpec, RuntimeSpec
 from testbed.functions.placement import Placement
 from testbed.functions.runtime import DynamicRuntime, RuntimeThresholds
@@ -36,17 +37,20 @@ class FunctionNode:
     name : str
         The node's name.
     port : int
-        The runtime itself (control plane: deploy, switch, stats), 127.0.0.1.
+        The runtime itself (control plane: deploy, switch, stats), at ``host``.
     gpu : str or None
         The node's GPU backend (None: no GPU).
     invoke_port : int
         Where requests go: the node's link from the origin (the runtime without links).
+    host : str
+        Where the runtime serves, as the runner reaches it (swarm: its engine's address).
     """
 
     name: str
     port: int
     gpu: str | None
     invoke_port: int
+    host: str = "127.0.0.1"
 
 
 def exchange(
@@ -57,18 +61,23 @@ def exchange(
     conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
     resp = conn.getresponse()
     data = resp.read()
-    wall = time.monotonic() - t
+    took = time.monotonic() - t
     if resp.status != 200:
         raise RuntimeError(f"{method} {path} -> HTTP {resp.status}: {data[:200]!r}")
     reply: dict[str, Any] = json.loads(data or b"{}")
-    return reply, wall
+    return reply, took
 
 
 def http_call(
-    port: int, method: str, path: str, body: dict[str, Any] | None = None, timeout: float = 120.0
+    port: int,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    timeout: float = 120.0,
+    host: str = "127.0.0.1",
 ) -> dict[str, Any]:
-    """A control-plane call on a fresh connection to 127.0.0.1:``port``."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    """A control-plane call on a fresh connection to ``host:port``."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         return exchange(conn, method, path, json.dumps(body or {}).encode())[0]
     finally:
@@ -215,30 +224,32 @@ class LoadRun:
         node = self.nodes[self.plan.placements[fn.name].node]
         body = json.dumps(self.plan.requests[fn.name](dict(fn.request), i + 1)).encode()
         try:
-            res, wall = self.client.post(
-                node.invoke_port, f"/invoke/{fn.name}", body, self.plan.timeout_s
+            res, took = self.client.post(
+                node.invoke_port, f"/invoke/{fn.name}", body, wall(self.plan.timeout_s)
             )
-            self.results.put((k, i, t_sched, res, wall))
+            self.results.put((k, i, t_sched, res, took))
         except Exception as exc:  # recorded, never lost
             self.results.put((k, i, t_sched, f"{type(exc).__name__}: {exc}", None))
 
     def _schedule(self) -> None:
-        for t, k, i in self.events:
-            delay = self.t0 + t - time.monotonic()
+        for t, k, i in self.events:  # (t: emulated s; sent at TDF x t on the wall)
+            delay = self.t0 + wall(t) - time.monotonic()
             if delay > 0 and self.stopped.wait(delay):
                 return
             self.pool.submit(self._send, k, i, t)
 
     # -- responses ----------------------------------------------------------------------
-    def _on_response(self, k: int, i: int, t_sched: float, res: Any, wall: float | None) -> None:
+    def _on_response(self, k: int, i: int, t_sched: float, res: Any, took: float | None) -> None:
         fn = self.plan.functions[k]
         self.answered += 1
-        if wall is None:  # res is the error
+        if took is None:  # res is the error
             self.metric("request_error", 1.0, fn.name, i, error=res, t_s=t_sched)
             if "HTTP 404" in str(res) and "no function" in str(res):
                 self._recover(fn.name)  # its node restarted empty
             return
-        network_ms = wall * 1e3 - res["server_wall_ms"]
+        # the network's share measured on the wall clock, in emulated ms; the server's
+        # on its virtual clock, emulated already
+        network_ms = emulated(took * 1e3 - res["server_wall_ms"])
         e2e = network_ms + res["server_ms"]
         pl = self.plan.placements[fn.name]
         self.metric("e2e_ms", e2e, fn.name, i, t_s=t_sched, backend=res["backend"],
@@ -247,7 +258,7 @@ class LoadRun:
         rt = self.runtimes.get(fn.name)
         if rt is not None and res["backend"].startswith(rt.backend):  # current revision
             seen = e2e if pl.observe == "e2e" else res["server_ms"]
-            rt.observe(time.monotonic() - self.t0, seen)
+            rt.observe(emulated(time.monotonic() - self.t0), seen)
 
     # -- a restarted node's functions -------------------------------------------------------
     def _recover(self, name: str) -> None:
@@ -278,8 +289,9 @@ class LoadRun:
     # -- the runtime's switches -----------------------------------------------------------
     def _switch(self, name: str, node: str, backend: str) -> None:
         try:
-            rec = http_call(self.nodes[node].port, "POST", f"/switch/{name}",
-                            {"backend": backend}, START_TIMEOUT_S * 3)  # fmt: skip
+            n = self.nodes[node]
+            rec = http_call(n.port, "POST", f"/switch/{name}", {"backend": backend},
+                            START_TIMEOUT_S * 3, host=n.host)  # fmt: skip
             self.switched.put((name, node, backend, rec, None))
         except Exception as exc:
             self.switched.put((name, node, backend, None, f"{type(exc).__name__}: {exc}"))
@@ -321,7 +333,7 @@ class LoadRun:
         try:
             self._on_response(*self.results.get(timeout=0.1))
         except queue.Empty:
-            if time.monotonic() - self.t0 > give_up_s:
+            if emulated(time.monotonic() - self.t0) > give_up_s:
                 return False
         while not self.switched.empty():
             self._on_switched(*self.switched.get())
@@ -331,14 +343,15 @@ class LoadRun:
         return True
 
     def run(self) -> float:
-        """Run the load until every request has answered; return its wall time (s)."""
+        """Run the load until every request has answered; return its wall time (s). The
+        runtime's evaluations and the give-up time are in emulated seconds."""
         self.t0 = time.monotonic()
         threading.Thread(target=self._schedule, name="fn-load", daemon=True).start()
         every = self.plan.runtime.eval_interval_s * self.plan.runtime.time_scale
         next_eval = every
         give_up_s = self.plan.duration_s + self.plan.timeout_s + 60.0  # all answered by then
         while self.answered < len(self.events) and self._step(give_up_s):
-            now = time.monotonic() - self.t0
+            now = emulated(time.monotonic() - self.t0)
             if now >= next_eval:
                 next_eval += every
                 self._evaluate(now)

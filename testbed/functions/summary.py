@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kernel.dilation import emulated, tdf
 from testbed.rows import TaggedMetricRow
 from testbed.store import RunStore
 
@@ -121,5 +122,6 @@ def summarize(
         "requests_failed": seen.errors,
         "requests_unanswered": total_requests - seen.ok - seen.errors,
         "load_wall_s": load_wall_s,
+        **({"load_emulated_s": emulated(load_wall_s)} if tdf() != 1.0 else {}),
         "gpu_seconds": sum(f["gpu_seconds"] or 0.0 for f in per_fn.values()),
     }

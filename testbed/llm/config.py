@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -68,6 +68,12 @@ class LlmPipelineSpec(Frozen):
     ``gpipe`` (compute-balanced cut + micro-batched mini-batches, ``gpipe``), ``heft``
     (HEFT's upward-rank placement + earliest-finish routing over replicas).
     """
+
+    #: Every clock it keeps follows :mod:`kernel.dilation` (arrivals, timeouts, the
+    #: schedulers' clock; its recorded times are emulated: testbed.llm.run), so it may
+    #: run under ``time_dilation`` (:func:`testbed.dilation.unsupported`).
+    dilated_clock: ClassVar[bool] = True
+
 
     model: LlmModelSpec = LlmModelSpec()
     replicas: list[list[str]] = Field(min_length=1)

@@ -11,6 +11,8 @@ mini-batch after the flush. Replicas pull from one queue, so a free replica take
 next batch. A request's latency counts from its arrival (queueing for a batch
 included). A micro-batch that fails (a hop down) fails its requests; each is queued
 again once (attempt 1). GPipe has no notion of a failed replica: it keeps using it.
+Waits for a batch are measured on the wall clock and reported in emulated time (wall /
+TDF, :mod:`kernel.dilation`), as the requests' own times.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from kernel.dilation import emulated, wall
 from nodes.llm.wire import Client
 from testbed.llm.pipeline import BatchItem, Generation, StepFailed, generate_batch
 from testbed.llm.schedule import Replica, Route
@@ -32,8 +35,8 @@ __all__ = ["GpipeServer", "Pending"]
 
 @dataclass(frozen=True)
 class Pending:
-    """A queued request: its index, kind (short/long), item, arrival (monotonic s) and
-    attempt (0, or 1 for a retry)."""
+    """A queued request: its index, kind (short/long), item, arrival (``time.monotonic``,
+    wall s) and attempt (0, or 1 for a retry)."""
 
     k: int
     kind: str
@@ -43,7 +46,8 @@ class Pending:
 
 
 Served = Callable[[Pending, Route, Generation], None]
-"""Called with a served request (its Generation's times count from its arrival)."""
+"""Called with a served request (its Generation's emulated times count from its
+arrival)."""
 Failed = Callable[[Pending, Route, StepFailed, bool], None]
 """Called with a failed attempt and whether the request is lost (no retry left)."""
 
@@ -72,7 +76,7 @@ class GpipeServer:
         self.replicas, self.reach = replicas, reach
         self.batch_size, self.micro_batches = batch_size, micro_batches
         self.served, self.failed = served, failed
-        self.client = Client(timeout_s=60.0)
+        self.client = Client(timeout_s=wall(60.0))  # 60 emulated s
         self.queue: deque[Pending] = deque()
         self.cond = threading.Condition()
         self.closed = False
@@ -125,7 +129,7 @@ class GpipeServer:
                             item = dataclasses.replace(p.item, request=f"{p.item.request}.1")
                             self.submit(Pending(p.k, p.kind, item, p.arrived, 1))
                         continue
-                    wait = start - p.arrived  # queued for a batch
+                    wait = emulated(start - p.arrived)  # queued for a batch
                     res.ttft_s += wait
                     res.e2e_s += wait
                     self.served(p, rep.route, res)

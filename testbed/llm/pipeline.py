@@ -11,6 +11,10 @@ one message per step (the stage runs its requests in one turn of its device), an
 micro-batches run concurrently, so while stage ``k`` serves micro-batch ``j`` stage
 ``k + 1`` serves micro-batch ``j - 1``. The call returns when every micro-batch is done
 (GPipe's synchronous flush).
+
+Times are **emulated** (:mod:`kernel.dilation`): a request's wall time over the run's
+time-dilation factor, so a :class:`Generation`'s ``ttft_s`` / ``e2e_s`` are on the same
+clock as the stages' device times and the partitioner's model.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 import torch
 
+from kernel.dilation import emulated
 from nodes.llm.wire import Client, encode
 
 __all__ = [
@@ -58,7 +63,7 @@ def first_hop(client: Client, first: tuple[int, int, int], body: bytes) -> dict[
 
 @dataclass
 class Generation:
-    """One served request (times in s, from its start)."""
+    """One served request (emulated times in s, from its start: wall / TDF)."""
 
     tokens: list[int] = field(default_factory=list)
     ttft_s: float = 0.0
@@ -93,10 +98,10 @@ def generate_remote(
         out.tokens.append(int(answer["token"]))
         out.hops.extend({**h, "step": k} for h in answer.get("hops", []))
         if k == 0:
-            out.ttft_s = time.perf_counter() - t0
+            out.ttft_s = emulated(time.perf_counter() - t0)
         pos += x.shape[0]
         x = torch.tensor([out.tokens[-1]], dtype=torch.long)
-    out.e2e_s = time.perf_counter() - t0
+    out.e2e_s = emulated(time.perf_counter() - t0)
     return out
 
 
@@ -149,7 +154,7 @@ def generate_micro_batch(
                   "stop": first[2], "next": rest, "batch": batch}  # fmt: skip
         body = encode(header, torch.cat([xs[i] for i in active]))
         answer = first_hop(client, first, body)
-        now = time.perf_counter() - t0
+        now = emulated(time.perf_counter() - t0)
         share = 1.0 / len(active)
         for i, tok in zip(active, answer["tokens"], strict=True):
             out = outs[i]

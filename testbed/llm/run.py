@@ -5,8 +5,9 @@ Steps, each recorded:
 1. **Profile**: every unit of the model (embedding, each block, head) runs the request
    shape (prefill of the prompt + one-token decodes) in this process,
    ``profile_repeats`` times; the median is the unit's time on this host. A node's time
-   is that over its profile's ``cpu_speed_factor`` (capped at 1: a device faster than
-   this host runs at this host's speed, as the stage server does).
+   is that over its profile's ``cpu_speed_factor`` (capped at the run's time-dilation
+   factor TDF: a device faster than TDF x this host runs at TDF x host speed, as the
+   stage server does; without dilation the cap is 1).
 2. **Partition** each replica's chain: BSDP (``hyperion``, with the links' bandwidth
    and latency), GPipe's compute-balanced cut (``gpipe``) or HEFT's upward-rank
    placement (``heft``); the cut (or placement) and its *modelled* bottleneck and
@@ -19,6 +20,15 @@ Steps, each recorded:
    failed request (a hop down) is retried once (a fresh pick, or queued again). Every
    request is a metric row; faults run from the spec's schedule (``at_time_s``).
 5. **Stats**: each node's busy time over the load's wall time (``llm_utilisation``).
+
+Clocks (:mod:`kernel.dilation`): arrivals are drawn over ``duration_s`` emulated seconds
+and released at ``TDF`` x their time on the wall clock; timeouts are emulated seconds
+(``TDF`` x longer on the wall); every recorded time (``llm_e2e_ms``, ``llm_ttft_ms``, a
+stage's ``queue_ms``, GPipe's wait for a batch) is converted to emulated time where it
+is measured (:mod:`testbed.llm.pipeline`, :mod:`nodes.llm.stage_server`), and a stage's
+device time is emulated already (:func:`nodes.device_control.stretch`); none of these
+names is in :data:`kernel.dilation.CLOCK_METRICS`, so the store writes them as given.
+The throughput is requests per emulated second.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from kernel.dilation import emulated, tdf, wall
 from nodes.llm.model import ModelConfig, Stage
 from nodes.llm.wire import Client
 from testbed.backends.base import Backend
@@ -50,7 +61,7 @@ from testbed.workloads.base import RunContext, record_link_counters
 
 __all__ = ["profile_units", "run_llm_pipeline"]
 
-START_TIMEOUT_S = 120.0
+START_TIMEOUT_S = 120.0  # emulated s (dilated on the wall clock, as the fleet's connect wait)
 
 
 def profile_units(cfg: ModelConfig, prompt: int, new: int, repeats: int) -> list[float]:
@@ -81,12 +92,15 @@ def request_bytes(cfg: ModelConfig, prompt: int, new: int) -> list[int]:
 
 def chain_of(ctx: RunContext, names: list[str], unit_s: list[float], cfg: ModelConfig,
              req: LlmRequestSpec) -> Chain:  # fmt: skip
-    """The partitioner's view of one replica (profiles, links, memory caps)."""
+    """The partitioner's view of one replica (profiles, links, memory caps), in emulated
+    time: a node of speed ``s`` computes at ``min(s, TDF)`` x this host (the stretch's
+    cap), links at their spec's bandwidth and latency."""
     from nodes.llm.model import unit_bytes
 
     planned = {n.name: n for n in ctx.plan.nodes}
     nodes = [planned[n] for n in names]
-    speeds = [min(1.0, n.profile.cpu_speed_factor) for n in nodes]
+    cap = tdf()
+    speeds = [min(cap, n.profile.cpu_speed_factor) for n in nodes]
     bw = [n.uplink.bandwidth_mbps for n in nodes]
     return Chain(
         nodes=tuple(names),
@@ -135,7 +149,7 @@ def deploy(
                           "--port", str(ports[name]), "--model-json", json.dumps(cfg.as_dict()),
                           "--ranges", json.dumps(rs), "--speed", str(prof.cpu_speed_factor),
                           "--memory-mb", str(prof.memory_mb)]  # fmt: skip
-    reach: dict[str, int] = backend.start_services(commands, ports, START_TIMEOUT_S)
+    reach: dict[str, int] = backend.start_services(commands, ports, wall(START_TIMEOUT_S))
     return reach
 
 
@@ -150,7 +164,7 @@ class Load:
     tick: Any
 
     def __post_init__(self) -> None:
-        self.client = Client(timeout_s=60.0)
+        self.client = Client(timeout_s=wall(60.0))  # 60 emulated s
         self.rng = np.random.default_rng(self.ctx.seed)
         self.lock = threading.Lock()
         self.done = 0
@@ -217,6 +231,8 @@ class Load:
         self.ctx.metric({"name": name, "value": value, "step": k, "tags": tags})
 
     def run(self) -> float:
+        """Release the arrivals (emulated s, at ``TDF`` x that on the wall clock) and
+        serve them; the load's wall time, s (arrivals and the drain after them)."""
         spec = self.spec
         arrivals = make_arrivals(spec.arrivals.kind, rate_rps=spec.arrivals.rate_rps,
                                  duration_s=spec.duration_s, seed=self.ctx.seed,
@@ -226,7 +242,7 @@ class Load:
         t0 = time.monotonic()
         with ThreadPoolExecutor(max_workers=32) as pool:
             for k, at in enumerate(arrivals):
-                while (wait := t0 + float(at) - time.monotonic()) > 0:
+                while (wait := t0 + wall(float(at)) - time.monotonic()) > 0:
                     self.tick()
                     time.sleep(min(wait, 0.05))
                 kind, p, new = self.shape()
@@ -254,14 +270,15 @@ def record_partition(ctx: RunContext, spec: LlmPipelineSpec, replicas: list[Repl
                             host_unit_ms=[t * 1e3 for t in unit_s])  # fmt: skip
 
 
-def utilisation(ctx: RunContext, reach: dict[str, int], wall: float) -> None:
-    """Step 5: each node's busy share of the load's wall time (down nodes: none)."""
+def utilisation(ctx: RunContext, reach: dict[str, int], wall_s: float) -> None:
+    """Step 5: each node's busy share of the load's wall time (down nodes: none; busy
+    and load times both wall, so the share is the same in emulated time)."""
     for node, port in reach.items():
         try:
-            stats = http_call(port, "GET", "/stats", timeout=10.0)
+            stats = http_call(port, "GET", "/stats", timeout=wall(10.0))
         except (OSError, RuntimeError, ValueError):
             continue
-        ctx.metric({"name": "llm_utilisation", "value": stats["busy_s"] / max(wall, 1e-9),
+        ctx.metric({"name": "llm_utilisation", "value": stats["busy_s"] / max(wall_s, 1e-9),
                     "node": node, "tags": {"steps": stats["steps"]}})  # fmt: skip
 
 
@@ -284,8 +301,8 @@ def run_llm_pipeline(ctx: RunContext) -> dict[str, Any]:
         chaos = ctx.chaos_engine(backend)
         chaos.start()
         load = Load(ctx, spec, sched, reach, chaos.tick)
-        wall = load.run()
-        utilisation(ctx, reach, wall)
+        load_wall_s = load.run()
+        utilisation(ctx, reach, load_wall_s)
         if load.gpipe is not None:
             sizes = load.gpipe.batches
             ctx.store.add_event(ctx.run_id, "llm_gpipe_batches", batches=len(sizes),
@@ -295,16 +312,19 @@ def run_llm_pipeline(ctx: RunContext) -> dict[str, Any]:
         counters = backend.link_counters()
         backend.stop()
         record_link_counters(ctx.store, ctx.run_id, counters)
-    return summarize(ctx, spec, wall, load.done, load.lost)
+    return summarize(ctx, spec, load_wall_s, load.done, load.lost)
 
 
 def summarize(
-    ctx: RunContext, spec: LlmPipelineSpec, wall: float, done: int, lost: int
+    ctx: RunContext, spec: LlmPipelineSpec, load_wall_s: float, done: int, lost: int
 ) -> dict[str, Any]:
-    """p50/p95 latency per request kind, throughput, failures (from the store)."""
+    """p50/p95 latency per request kind (emulated ms), throughput (requests per emulated
+    second), failures (from the store)."""
     rows = ctx.store.tagged_metrics(ctx.run_id)
-    out: dict[str, Any] = {"policy": spec.policy, "load_wall_s": wall, "completed": done,
-                           "throughput_rps": done / max(wall, 1e-9)}  # fmt: skip
+    load_s = emulated(load_wall_s)
+    out: dict[str, Any] = {"policy": spec.policy, "load_wall_s": load_wall_s,
+                           "load_emulated_s": load_s, "completed": done,
+                           "throughput_rps": done / max(load_s, 1e-9)}  # fmt: skip
     for kind in ("short", "long"):
         e2e = [
             r.value or 0.0 for r in rows if r.name == "llm_e2e_ms" and r.tags.get("kind") == kind

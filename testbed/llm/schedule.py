@@ -17,6 +17,11 @@ scheduler picks a route when a request arrives and hears back when it ends:
   request goes to the replica whose route finishes earliest given each node's predicted
   free time (a node shared by replicas is one processor), and the chosen route's nodes
   are then predicted busy until its hops finish.
+
+Every scheduler keeps **emulated** time (:func:`emulated_clock`: the monotonic clock over
+the run's time-dilation factor, :mod:`kernel.dilation`), the clock of the partition's
+modelled costs and of the observed service times it hears back: ARTS's cool-down and
+HEFT's predicted free times last ``TDF`` times longer on the wall clock.
 """
 
 from __future__ import annotations
@@ -26,9 +31,19 @@ import threading
 import time
 from dataclasses import dataclass
 
+from kernel.dilation import emulated
 from testbed.llm.partition import Chain, Cut, Placement, cut_placement, placement_cost
 
-__all__ = ["Arts", "Heft", "Replica", "Route", "RoundRobin", "Scheduler", "make_scheduler"]
+__all__ = [
+    "Arts",
+    "Heft",
+    "Replica",
+    "Route",
+    "RoundRobin",
+    "Scheduler",
+    "emulated_clock",
+    "make_scheduler",
+]
 
 Route = tuple[tuple[str, int, int], ...]
 """``(node, start unit, stop unit)`` of each non-empty stage, in order."""
@@ -62,6 +77,11 @@ class Replica:
         return [self.chain.stage_s(i, a, b) for i, a, b in self.placement]
 
 
+def emulated_clock() -> float:
+    """The monotonic clock in emulated seconds (wall / the run's TDF)."""
+    return emulated(time.monotonic())
+
+
 @dataclass
 class _State:
     queue: int = 0
@@ -70,11 +90,13 @@ class _State:
 
 
 class Scheduler:
-    """Base: picks routes; ``done`` reports an outcome (observed service time, s)."""
+    """Base: picks routes; ``done`` reports an outcome (observed service time, emulated s).
+
+    ``clock`` is read for the current time (emulated s; :func:`emulated_clock`)."""
 
     name = "base"
 
-    def __init__(self, replicas: list[Replica], clock: object = time.monotonic) -> None:
+    def __init__(self, replicas: list[Replica], clock: object = emulated_clock) -> None:
         if not replicas:
             raise ValueError("no replicas to schedule on")
         self.replicas = replicas
@@ -103,7 +125,7 @@ class Scheduler:
             else:
                 self.learn(st, self.replicas[replica], observed_s)
 
-    cooldown_s = 5.0
+    cooldown_s = 5.0  # emulated s (the clock's)
 
     def learn(self, st: _State, rep: Replica, observed_s: float) -> None:
         """Update a replica's state from an observed service time (default: nothing)."""
@@ -114,7 +136,7 @@ class RoundRobin(Scheduler):
 
     name = "round_robin"
 
-    def __init__(self, replicas: list[Replica], clock: object = time.monotonic) -> None:
+    def __init__(self, replicas: list[Replica], clock: object = emulated_clock) -> None:
         super().__init__(replicas, clock)
         self._next = 0
 
@@ -138,7 +160,7 @@ class Arts(Scheduler):
     name = "arts"
 
     def __init__(
-        self, replicas: list[Replica], clock: object = time.monotonic, alpha: float = 0.3
+        self, replicas: list[Replica], clock: object = emulated_clock, alpha: float = 0.3
     ) -> None:
         super().__init__(replicas, clock)
         self.alpha = alpha
@@ -168,7 +190,7 @@ class Heft(Scheduler):
 
     name = "heft"
 
-    def __init__(self, replicas: list[Replica], clock: object = time.monotonic) -> None:
+    def __init__(self, replicas: list[Replica], clock: object = emulated_clock) -> None:
         super().__init__(replicas, clock)
         self.free_at: dict[str, float] = {n: 0.0 for r in replicas for n in r.chain.nodes}
 

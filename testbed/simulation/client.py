@@ -67,7 +67,7 @@ def evaluate(msg: Message, context: Context) -> Message:
 
 
 def user_client_app(observed: ClientApp) -> ClientApp:
-    """A user's ClientApp (``observed``: :func:`nodes.fl.observe.observed_client_app`)
+    """A user's ClientApp (``observed``: :func:`nodes.fl.observed_client.observed_client_app`)
     with what a SuperNode's node config would carry: ``node-name`` (from the run
     config's ``testbed-node-names`` by partition id) and ``control-path``. Nothing
     sleeps: the device profile is the virtual clock's stretch of the measured CPU time.
@@ -89,5 +89,5 @@ def user_client_app(observed: ClientApp) -> ClientApp:
                 context.node_config["control-path"] = str(path)
         return observed(message, context)
 
-    app._call = call  # (as nodes.fl.observe does)
+    app._call = call  # (as nodes.fl.observed_client does)
     return app

@@ -8,7 +8,7 @@
   sample them (the store says ``excluded``, as for a node the SuperLink does not list);
 * ``send_and_receive`` of a train (or query) round times every reply on the virtual clock
   (:class:`testbed.simulation.clock.VirtualClock`): a reply past the round deadline is
-  withheld (the recording strategy records ``failed``) and delivered by ``pull_messages``
+  withheld (the Grid's observer records ``failed``) and delivered by ``pull_messages``
   once virtual time has passed its arrival (``late``, ``workload.fl.stale_updates``); a
   reply of a client that went down during its exchange is withheld for good;
 * records ``virtual_client_s`` per (round, node), ``virtual_round_s`` (slowest kept
@@ -28,7 +28,7 @@ from typing import Any
 from flwr.app import Message, MessageType
 from flwr.serverapp import Grid
 
-from nodes.fl.observe import OBSERVED
+from nodes.fl.observed_client import OBSERVED
 from nodes.fl.telemetry import Telemetry
 from testbed.simulation.clock import VirtualClock
 from testbed.simulation.protocol import server_queue_end

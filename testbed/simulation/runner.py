@@ -142,7 +142,7 @@ def user_server_app(settings: dict[str, Any]) -> ServerApp:
     """A user's Flower App's ServerApp (``settings["app_dir"]``: the observed copy,
     :func:`nodes.fl.userapp.observed_fab`) with the virtual clock on its grid.
 
-    The clock sits below the observer (:class:`nodes.fl.observe.GridObserver`): the
+    The clock sits below the observer (:class:`nodes.fl.grid_observer.GridObserver`): the
     observer records what the app sees on virtual time (a reply past the deadline never
     reaches it). The clock is armed once the observer is attached, i.e. after the wait
     for the fleet, right before the user's ServerApp starts.

@@ -8,10 +8,10 @@ scores relative to a ~1,700-point cloud vCPU; the emulator stretches compute tim
 
 GPU fields (``gpu_*``) are a MODEL for the emulated GPU backend of the function runtime:
 accelerable (CPU) time is divided by ``gpu_fp32_tflops * gpu_efficiency`` over this
-host's single-thread FP32 matmul throughput, measured at the start of each run (about
-100 GFLOPS here), plus ``gpu_overhead_ms`` per request. Peak figures are datasheet
-values; efficiency, overhead and cold start are assumptions, labelled as such. H100:
-``gpu_slots=4`` stands for MIG-style sharing.
+host's single-thread FP32 matmul throughput per CPU second, measured at the start of
+each run (about 100-190 GFLOPS here), plus ``gpu_overhead_ms`` per request. Peak
+figures are datasheet values; efficiency, overhead and cold start are assumptions,
+labelled as such. H100: ``gpu_slots=4`` stands for MIG-style sharing.
 """
 
 from __future__ import annotations

@@ -484,6 +484,19 @@ class Experiment(Frozen):
     space: SpaceSpec | None = None
     sweep: SweepSpec = SweepSpec()
     simulation: SimulationSpec | None = None  # read by --backend simulation only
+    time_dilation: float | Literal["auto"] = Field(
+        1.0,
+        description="TDF: every emulated second lasts TDF wall seconds, so devices up to "
+        "TDF x this host's speed run at their profile's speed; 'auto' = the fastest "
+        "profile's speed (docs/time-dilation.md)",
+    )
+
+    @field_validator("time_dilation")
+    @classmethod
+    def _tdf(cls, v: float | str) -> float | str:
+        if v != "auto" and not (isinstance(v, int | float) and 1.0 <= v <= 100.0):
+            raise ValueError("a time-dilation factor is a number from 1 to 100, or 'auto'")
+        return v
 
     @model_validator(mode="after")
     def _references(self) -> Experiment:

@@ -234,7 +234,9 @@ class Workload(Protocol):
     ``key_bounds(section) -> {metric: (label, {series: upper bound})}`` (a static
     method of its resolved section): the Timeline's summary then gives the share of the
     metric's rows within their series' bound (functions: ``e2e_ms`` within each
-    function's SLO). A fleet
+    function's SLO). A workload whose section model sets ``dilated_clock = True`` runs
+    under time dilation (``time_dilation``, :mod:`testbed.dilation`): every clock it
+    keeps (timeouts, schedules, device waits) goes through :mod:`kernel.dilation`. A fleet
     workload's section model derives from :class:`nodes.hosting.Hosted` (``nodes``,
     ``gpu_slots``) so that it can share a run with others; it gets its backend from
     ``ctx.make_backend()`` and its chaos engine from ``ctx.chaos_engine(backend)``.

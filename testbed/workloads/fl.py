@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kernel.dilation import emulated, wall
 from nodes.fl.config import FLSpec
 from testbed.backends.base import Backend
 from testbed.chaos import ChaosEngine, finalize_statuses
@@ -169,7 +170,7 @@ class FlRun:
             "node-names": plan.client_names_json(),
             "hold-rounds": json.dumps(holds),
             "hold-path": str(self.hold_path.resolve()) if self.hold_path else "",
-            "round-timeout-s": float(self.spec.round_timeout_s),
+            "round-timeout-s": wall(float(self.spec.round_timeout_s)),  # (dilated)
             "protocol-timing": self.spec.protocol_timing,
             "artifact-dir": str(run_dir.resolve()),
             "node-config": json.dumps(self.spec.node_config),
@@ -193,7 +194,7 @@ class FlRun:
         # A run that makes progress is never cut: the limit is on the time since a round
         # last started or ended (a SuperLink restart can hold one round for minutes while
         # Flower's clients back off), not on the whole run.
-        idle_s = 2 * self.spec.round_timeout_s + IDLE_GRACE_S
+        idle_s = 2 * wall(self.spec.round_timeout_s) + IDLE_GRACE_S
         self.progress_t = time.monotonic()
         while time.monotonic() - self.progress_t < idle_s and not self.ended:
             self.pump()
@@ -262,9 +263,9 @@ def round_clock(store: RunStore, run_id: str, space: Any) -> None:
         return
     for e in events:
         if e.kind == "round_end" and e.round is not None:
-            store.add_metric(run_id, "wall_time_s", e.ts - ready, round=e.round)
-            if space is not None:
-                orbital = (e.ts - ready) * space.compression
+            store.add_metric(run_id, "wall_time_s", e.ts - ready, round=e.round)  # (/ TDF)
+            if space is not None:  # the orbital clock runs on emulated time
+                orbital = emulated(e.ts - ready) * space.compression
                 store.add_metric(run_id, "orbital_time_s", orbital, round=e.round)
 
 

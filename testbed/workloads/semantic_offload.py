@@ -132,8 +132,9 @@ def _deploy(ctx: RunContext, backend: Backend, spec: SemanticOffloadSpec, folder
     fog_cmd = [sys.executable, "-m", "nodes.semantic.fog", "--dir", str(folder),
                "--port", str(port), "--speed-factor", str(_speed(ctx, spec.fog))]
     fog_key = backend.start_processes({spec.fog: fog_cmd})[spec.fog]
-    wait_port(port, 120.0, backend.process(fog_key))
-    reach = backend.open_links(links, port)
+    fog_host = backend.service_host(fog_key)  # (swarm: the engine that runs the fog)
+    wait_port(port, 120.0, backend.process(fog_key), host=fog_host)
+    reach = backend.open_links(links, port, fog_host)
     outs = {d: ctx.run_dir / "nodes" / d / "offload.jsonl" for d in spec.devices}
     commands, origin, steps = {}, _clock(ctx, backend), snr_steps(spec, links)
     for i, d in enumerate(spec.devices):

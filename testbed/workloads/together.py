@@ -157,10 +157,14 @@ class SharedFleet(Backend):
         node that also runs a SuperNode keeps it; the program runs beside it)."""
         return self._after_fleet(lambda: self.backend.start_processes(commands))
 
-    def open_links(self, specs: Mapping[str, LinkSpec], server_port: int) -> dict[str, str]:
+    def open_links(
+        self, specs: Mapping[str, LinkSpec], server_port: int, server_host: str = "127.0.0.1"
+    ) -> dict[str, str]:
         """A workload's own links (e.g. semantic offload's devices to their fog), made
         after the FL fleet's; they play their schedules on the others' clock."""
-        return self._after_fleet(lambda: self.backend.open_links(specs, server_port))
+        return self._after_fleet(
+            lambda: self.backend.open_links(specs, server_port, server_host)
+        )
 
     def _after_fleet(self, call: Callable[[], T]) -> T:
         """``call()`` once the FL fleet is up, one workload at a time; the links it
@@ -194,6 +198,9 @@ class SharedFleet(Backend):
 
     def process(self, key: str) -> Popen:
         return self.backend.process(key)
+
+    def service_host(self, key: str) -> str:
+        return self.backend.service_host(key)
 
     def node_ids(self) -> dict[str, str]:
         return self.backend.node_ids()

@@ -43,7 +43,10 @@ def _state(c: docker.models.containers.Container) -> str:
 def test_limits_from_the_profile_and_faults_through_the_engine(
     engine: docker.DockerClient, tmp_path: Path
 ) -> None:
-    plan = make_plan(parse_spec(SMALL.format(memory_mb=1024, rounds=1)))
+    # (a superlink-restart planned keeps the SuperLink's state on disk, which the restart
+    # below needs; the fault itself never fires: no chaos engine runs here)
+    restart = "faults:\n  - {kind: superlink-restart, at_round: 1}\n"
+    plan = make_plan(parse_spec(SMALL.format(memory_mb=1024, rounds=1) + restart))
     be = DockerBackend(plan, tmp_path / "run-limits")
     try:
         be.start()
@@ -76,6 +79,8 @@ def test_limits_from_the_profile_and_faults_through_the_engine(
         node.start()
         be._wait_node("tiny-1", time.monotonic() + 60)
         assert node.alive() and _state(cs["tiny-1"]) == "running"
+        db = tmp_path / "run-limits" / "nodes" / "cloud" / "superlink.db"
+        assert db.stat().st_size > 0  # Flower's state on disk: a restart keeps it
         be.restart_superlink()
         assert _state(cs["cloud"]) == "running" and be.superlink_restarts == 1
     finally:
@@ -113,3 +118,6 @@ def test_ctrl_c_removes_every_container(engine: docker.DockerClient, tmp_path: P
         if proc.poll() is None:
             proc.kill()
     assert labelled_containers(engine) == []
+    # no superlink-restart planned: the SuperLink's state in memory, as locally (on disk,
+    # 48 containers made its SQLite writes time out)
+    assert list((tmp_path / "runs").rglob("superlink.db")) == []

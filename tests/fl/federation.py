@@ -10,7 +10,8 @@ seconds and a strategy's effect can be measured on both sides.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from uuid import uuid4
 
@@ -76,6 +77,8 @@ class LoopbackGrid(Grid):
         self.sent: list[Message] = []  # every message pushed, in order
         self.sent_as: list[tuple[str, int]] = []  # (type, round) of each when pushed
         self.replies: list[Reply] = []  # a copy of every reply as it arrived, in order
+        self.silent: set[int] = set()  # node ids whose replies stay away (see release)
+        self._held: dict[str, Message] = {}  # their replies, by message id
 
     def set_run(self, run_id: int) -> None:  # type: ignore[override]
         """Nothing to set: there is one run."""
@@ -101,7 +104,8 @@ class LoopbackGrid(Grid):
         for msg in messages:
             msg.metadata.__dict__["_message_id"] = str(uuid4())  # as Flower's grids do
             reply = client_app.app(message=msg, context=self.contexts[msg.metadata.dst_node_id])
-            self._replies[msg.metadata.message_id] = reply
+            held = msg.metadata.dst_node_id in self.silent
+            (self._held if held else self._replies)[msg.metadata.message_id] = reply
             self.sent.append(msg)
             cfg = msg.content.config_records.get("config")  # Flower reuses it: read now
             self.sent_as.append((msg.metadata.message_type, int(str(cfg["server-round"]))))
@@ -113,15 +117,23 @@ class LoopbackGrid(Grid):
         """The replies to ``message_ids`` (each handed out once)."""
         return [self._replies.pop(i) for i in message_ids if i in self._replies]
 
-    def withhold(self, reply: Message) -> None:
-        """Leave ``reply`` at the SuperLink: it missed its round and is pulled later."""
-        self._replies[reply.metadata.reply_to_message_id] = reply
+    def release(self) -> None:
+        """The replies of the ``silent`` nodes reach the SuperLink now (late)."""
+        self._replies.update(self._held)
+        self._held.clear()
 
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
     ) -> Iterable[Message]:
-        """Push, then pull every reply (they are ready at once)."""
-        return self.pull_messages(list(self.push_messages(messages)))
+        """Push, then pull every reply (ready at once); when some stay away (``silent``),
+        wait until ``timeout`` and pull once more, as Flower's grids end a call."""
+        ids = list(self.push_messages(messages))
+        got = list(self.pull_messages(ids))
+        if len(got) < len(ids) and timeout:
+            time.sleep(timeout)
+            answered = {m.metadata.reply_to_message_id for m in got}
+            got += self.pull_messages([i for i in ids if i not in answered])
+        return got
 
 
 @dataclass
@@ -144,11 +156,13 @@ def run_federation(
     num_nodes: int = 3,
     rounds: int = 2,
     node_config: dict[int, dict[str, str]] | None = None,
+    attach: Callable[[LoopbackGrid], object] | None = None,
 ) -> Federation:
     """Run ``rounds`` rounds of ``strategy`` over ``num_nodes`` silos of ``spec``'s data.
 
     ``node_config`` adds node config entries by partition id (e.g. a ``control-path``
-    whose misconfiguration makes that silo Byzantine).
+    whose misconfiguration makes that silo Byzantine); ``attach`` instruments the grid
+    first (e.g. the observer that records the replies' metrics, as the ServerApp does).
     """
     import torch
 
@@ -156,6 +170,8 @@ def run_federation(
     splits = task.get_splits(spec, seed, num_nodes)
     model = task.make_model(spec, splits)
     grid = LoopbackGrid(spec, seed, num_nodes, node_config)
+    if attach is not None:
+        attach(grid)
     fed = Federation(grid)
 
     def keep(server_round: int, arrays: ArrayRecord) -> None:

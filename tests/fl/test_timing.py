@@ -288,3 +288,29 @@ def test_the_server_node_superexec_polls_often_in_fast_mode(mode: str, tmp_path:
     )
     env = LocalBackend(make_plan(spec), tmp_path)._server_env()
     assert env.get(SUPEREXEC_POLL_ENV) == ("0.1" if mode == "fast" else None)
+
+
+def test_a_supernodes_flower_jitter_is_seeded_by_its_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flower's heartbeat intervals and retry back-offs come from ``random``: the SuperNode
+    that :func:`timing.main` starts draws the same ones on every run for the same node
+    (so a long-cut node goes offline at the same point of a run on every backend) and
+    different ones for another node."""
+    import random
+
+    from flwr.common.constant import HEARTBEAT_RANDOM_RANGE
+
+    draws: list[list[float]] = []
+
+    class Script:  # stands in for flower-supernode's entry point: Flower's own draws
+        def load(self) -> object:
+            return lambda: draws.append([random.uniform(*HEARTBEAT_RANDOM_RANGE) for _ in range(5)])
+
+    monkeypatch.setattr(timing, "entry_points", lambda **_kw: (Script(),))
+    monkeypatch.setattr("nodes.fl.register.install", lambda: None)  # (not Flower's, here)
+    monkeypatch.setattr(sys, "argv", sys.argv[:])
+    for name in ("sat-1", "sat-1", "sat-2"):
+        random.seed()  # whatever state the process (a zygote's fork) came with
+        config = f'partition-id=0 node-name="{name}" tier="space"'
+        assert timing.main(["flower", "flower-supernode", "--node-config", config]) == 0
+    assert draws[0] == draws[1]
+    assert draws[0] != draws[2]

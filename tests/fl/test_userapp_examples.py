@@ -164,6 +164,15 @@ def check_bare(store: RunStore, run_id: str) -> dict[tuple[int, str], str]:
     assert {(r, "e-3") for r in (1, 2, 3)} <= loss
     examples = {(r, n) for r, n, *_ in store.metrics(run_id, "num_examples")}
     assert {(r, "e-3") for r in (1, 2, 3)} <= examples
+    # its metrics dict (evaluate's ``accuracy``, 1 - loss) travels in a ConfigRecord
+    # (evaluateres.metrics); its string ``timestamp`` and Flower's status are no metrics
+    losses = {(r, n): v for r, n, _k, v, _t in store.metrics(run_id, "loss")}
+    accuracy = {(r, n): v for r, n, _k, v, _t in store.metrics(run_id, "accuracy")}
+    assert {(r, "e-3") for r in (1, 2, 3)} <= set(accuracy)
+    assert set(accuracy) == set(losses)
+    for key, acc in accuracy.items():
+        assert acc == pytest.approx(1 - losses[key], abs=FLOAT_REL), key
+    assert store.metrics(run_id, "timestamp") == store.metrics(run_id, "code") == []
     return st
 
 

@@ -79,9 +79,7 @@ def test_fab_is_installed_once_and_its_client_app_kept(fab) -> None:  # noqa: AN
 
 def test_serve_waits_for_an_absent_supernode_and_stops_on_request() -> None:
     seen: list[tuple[int, float, bool]] = []
-    ex = WarmExecutor(
-        f"127.0.0.1:{_free_port()}", on_task=lambda i, d, ok: seen.append((i, d, ok))
-    )
+    ex = WarmExecutor(f"127.0.0.1:{_free_port()}", on_task=lambda i, d, ok: seen.append((i, d, ok)))
     th = threading.Thread(target=ex.serve, daemon=True)
     th.start()
     time.sleep(1.5)  # several failed polls: it keeps waiting instead of dying
@@ -186,3 +184,94 @@ def test_without_a_pipe_the_executor_polls_again_after_a_task() -> None:
     ex.stop()
     th.join(STOP_WITHIN_S)
     assert len(runtime.polls) == 2 and ex.tasks_run == 1  # the task, an empty poll, a wait
+
+
+def _serves(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture
+def supernode_runtime():  # noqa: ANN201
+    """A real ``flower-supernode`` (``--isolation process``) whose SuperLink is absent:
+    its Runtime API serves, and it knows no task token."""
+    port = _free_port()
+    exe = Path(sys.executable).with_name("flower-supernode")
+    cmd = [str(exe), "--insecure", "--superlink", f"127.0.0.1:{_free_port()}"]
+    cmd += ["--isolation", "process", "--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _until(lambda: _serves(port), timeout_s=30.0)
+        assert _serves(port), "flower-supernode's Runtime API did not open"
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_refused_task_token_never_signals_the_nodes_agent(
+    supernode_runtime: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Flower's ClientApp process SIGINTs itself when the SuperNode refuses its task
+    token (its HTTP retry on a 401, its task heartbeat); the warm executor runs in the
+    node's agent, whose SIGINT stops the SuperNode: a 200-node round lost 25 nodes so.
+    Its clients give up on the 401 and its heartbeat only stops, with no signal."""
+    import signal
+
+    import httpx
+    from flwr.proto.runtime_pb2 import PullTaskInputRequest
+    from flwr.supercore.heartbeat import make_task_heartbeat_fn_http
+    from flwr.supercore.interceptors import (
+        RuntimeTokenHttpInterceptor,
+        RuntimeVersionHttpInterceptor,
+    )
+    from flwr.supercore.retry import http_retry, make_simple_http_retry_invoker
+    from flwr.supercore.runtime import RuntimeHttpClient
+
+    from nodes.fl.warm_executor import task_heartbeat_fn
+
+    # Flower's retry sleeps FORCE_EXIT_TIMEOUT_SECONDS + 1 after signalling: 1 s here
+    monkeypatch.setattr(http_retry, "FORCE_EXIT_TIMEOUT_SECONDS", 0)
+    signals: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda sig, _frame: signals.append(sig))
+    try:
+        ex = WarmExecutor(supernode_runtime)
+        interceptors = [
+            RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
+            RuntimeTokenHttpInterceptor("a-token-the-supernode-never-issued"),
+        ]
+        client = ex._client(interceptors)
+        heartbeat = task_heartbeat_fn(client)
+        assert heartbeat() is True and heartbeat() is True  # stops; no retry, no signal
+        with pytest.raises(httpx.HTTPStatusError) as err:
+            client.PullTaskInput(PullTaskInputRequest())
+        assert err.value.response.status_code == 401
+        time.sleep(SETTLE_S)
+        assert signals == []
+        # Flower's own client and heartbeat, same SuperNode and token: the signal this
+        # guards against (its retry sleeps after signalling: run it aside)
+        flower = RuntimeHttpClient.from_server_address(
+            server_address=supernode_runtime,
+            insecure=True,
+            root_certificates=None,
+            interceptors=interceptors,
+            retry_invoker=make_simple_http_retry_invoker(),
+        )
+        beat = make_task_heartbeat_fn_http(flower)
+
+        def beat_once() -> None:
+            try:
+                beat()
+            except httpx.HTTPStatusError:  # (its retry gives up after signalling)
+                pass
+
+        aside = threading.Thread(target=beat_once, daemon=True)
+        aside.start()
+        _until(lambda: bool(signals))
+        assert signals == [signal.SIGINT]
+        # let its retry meet the 401 again and give up while the SuperNode still
+        # serves: left behind, it retries a closed port for the rest of the session
+        aside.join(timeout=30.0)
+        assert not aside.is_alive()
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -15,10 +15,14 @@ from testbed.store import RunStore
 SPEC = """\
 name: hyperion-small
 seed: 2
+profiles:  # edge-b 5x slower than edge-a: ARTS prefers edge-a's replica whatever the
+  # host's load (with equal replicas a loaded CI machine tipped it onto edge-b before the
+  # crash, and the crash hit no request)
+  slow-edge: {cpu_speed_factor: 0.1, memory_mb: 8192}
 fleet:
   nodes:
     - {id: edge-a, tier: edge, profile: rpi5}
-    - {id: edge-b, tier: edge, profile: rpi5}
+    - {id: edge-b, tier: edge, profile: slow-edge}
     - {id: fog, tier: fog, profile: fog-server}
     - {id: cloud, tier: cloud, profile: cloud-gpu}
 links:
@@ -37,7 +41,7 @@ workload:
     duration_s: 8
     profile_repeats: 2
 faults:
-  - {kind: crash, node: edge-a, at_time_s: 3}  # ARTS's first choice on a tie
+  - {kind: crash, node: edge-a, at_time_s: 3}  # on ARTS's preferred replica
 """
 
 

@@ -69,8 +69,10 @@ def test_three_stage_pipeline_equals_the_unsplit_model(
         assert got.tokens == expect
         assert [h["node"] for h in got.hops[:3]] == ["n0", "n1", "n2"]
         assert len(got.hops) == 3 * 5
-        # a slower device (speed 0.5) is stretched: its measured wall ~ 2 x compute
-        assert all(h["wall_ms"] >= 1.9 * h["compute_ms"] for h in got.hops)
+        # a slower device (speed 0.5) is stretched: its device time is twice the step's
+        # CPU time (its work; contention only stretches the wall), and the hop lasts it
+        assert all(h["device_ms"] >= 1.999 * h["cpu_ms"] for h in got.hops), got.hops
+        assert all(h["wall_ms"] >= 0.999 * h["device_ms"] for h in got.hops), got.hops
         assert got.hops[1]["in_bytes"] == 4 * CFG.d_model * len(prompt)
         assert 0 < got.ttft_s <= got.e2e_s
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +22,18 @@ from testbed.spec.loader import load_spec
 from testbed.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _main_module_restored() -> Iterator[None]:
+    """Streamlit's AppTest leaves the dashboard script as ``sys.modules['__main__']``:
+    a process spawned later in the same pytest worker then re-runs the dashboard as its
+    main module and exits, and a ``multiprocessing`` pool respawns it forever (CI hung
+    80 minutes in tests/test_store.py so). Each test gets the worker's own back."""
+    main = sys.modules["__main__"]
+    yield
+    sys.modules["__main__"] = main
+
 
 TINY = """\
 # Tiny: 1 server + 2 edge clients, 2 short rounds (tests).

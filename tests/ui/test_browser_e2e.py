@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -145,13 +146,34 @@ def crash_label(url: str) -> str:
     return requests.get(f"{url}/faults", timeout=10).json()["details"]["crash"]["label"]
 
 
-def launch_from_ui(page, base: str, experiment: str, overrides: str) -> None:  # noqa: ANN001
+def crash_from_chaos(page, api: str, node: str) -> None:  # noqa: ANN001
+    """On the open Chaos page: crash ``node`` now, until the page says it applied. The
+    kind is picked by its label (other test modules register kinds of their own)."""
+    page.get_by_test_id("stSelectbox").filter(has_text="Fault").click()
+    page.get_by_role("option", name=crash_label(api)).click()
+    page.wait_for_timeout(300)
+    page.get_by_test_id("stSelectbox").filter(has_text="Target").click()
+    page.get_by_role("option", name=node).click()
+    page.wait_for_timeout(300)
+    page.get_by_role("button", name="Inject now").click()
+    wait_text(page, ": applied", 30)
+
+
+def launch_from_ui(  # noqa: ANN001
+    page, base: str, experiment: str, overrides: str, backend: str | None = None
+) -> None:
+    """Launch ``experiment`` from the Experiments page (on ``backend``: the default if
+    None) with ``overrides``."""
     page.goto(f"{base}/experiments")
     wait_text(page, "valid: quickstart", 30)
     if experiment != "quickstart.yaml":
         page.get_by_test_id("stSelectbox").filter(has_text="Experiment").click()
         page.get_by_role("option", name=experiment).click()
         wait_text(page, "valid: tiny", 30)
+    if backend is not None:  # (options read "<name> — <summary>")
+        page.get_by_test_id("stSelectbox").filter(has_text="Backend").click()
+        page.get_by_role("option", name=re.compile(rf"^{re.escape(backend)}\b")).click()
+        page.wait_for_timeout(300)
     box = page.get_by_label("Overrides (--set), comma-separated")
     box.fill(overrides)
     box.press("Enter")
@@ -211,15 +233,7 @@ def test_dashboard_end_to_end(controller: Controller, dashboard: str) -> None:
         wait_text(tab_a, run2, 30)
         wait_text(tab_a, "fleet_ready", 120)  # the run's chaos engine polls injections now
         open_page(tab_b, f"{dashboard}/chaos", "Inject now", 45)
-        # pick the kind by name: other test modules register kinds of their own
-        tab_b.get_by_test_id("stSelectbox").filter(has_text="Fault").click()
-        tab_b.get_by_role("option", name=crash_label(api)).click()
-        tab_b.wait_for_timeout(300)
-        tab_b.get_by_test_id("stSelectbox").filter(has_text="Target").click()
-        tab_b.get_by_role("option", name="edge-2").click()
-        tab_b.wait_for_timeout(300)
-        tab_b.get_by_role("button", name="Inject now").click()
-        wait_text(tab_b, ": applied", 30)
+        crash_from_chaos(tab_b, api, "edge-2")
         seen = wait_text(tab_a, "node_down edge-2", 30)
         lags.append(("node_down (crash)", seen - event_ts(api, run2, "node_down", node="edge-2")))
         tab_a.screenshot(path=ARTIFACTS / "dashboard-4-live-crash.png")

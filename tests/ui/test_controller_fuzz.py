@@ -132,3 +132,11 @@ def test_raw_bodies(client: TestClient, size: str) -> None:
         _check(client.post(route, content=data, headers={"content-type": ctype}))
 
     check()
+
+
+def test_a_source_that_is_no_file_name_is_a_422(client: TestClient) -> None:
+    """Found by the full fuzz run (2026-11-28): a ``source`` with a NUL byte reached the
+    file system and answered 500 (``ValueError: embedded null byte``)."""
+    for source in ("\x00", "a\x00.yaml", "x" * 300):
+        r = client.post("/validate", json={"text": "name: x\n", "source": source})
+        assert r.status_code == 422 and "source" in str(r.json()["detail"]), (source, r.text)

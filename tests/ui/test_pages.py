@@ -132,8 +132,27 @@ def test_live_page_shows_curves_timeline_and_follows_new_rows(
     faults = next(m.value for m in at.markdown if m.value.startswith("- `"))
     assert faults.count("node_down edge-2") == 1  # the cursor fetched only the new rows
     assert faults.index("node_down edge-2") < faults.index("node_restarted edge-2")
+    # the list of latest events keeps the last round's end when the run's end records
+    # a node_identified per node after it (bookkeeping, left out)
+    store = RunStore(controller.store_root)
+    store.add_event(seeded["live"], "round_end", round=2)
+    for node in ("edge-1", "edge-2", "edge-3", "fog"):
+        store.add_event(seeded["live"], "node_identified", node=node, node_id="1")
+    store.close()
+    at.run()
+    latest = next(c.value for c in at.caption if "latest:" in c.value)
+    assert "round_end (round 2)" in latest and "node_identified" not in latest, latest
     at.selectbox[0].set_value(seeded["a"]).run()
     assert "status **completed**" in texts(at) and "final global accuracy **0.700**" in texts(at)
+
+
+def test_the_live_list_leaves_out_what_the_timeline_leaves_out() -> None:
+    """The dashboard does not import the testbed: its copy of the bookkeeping kinds must
+    stay the controller timeline's."""
+    from testbed.controller.timeline import QUIET
+    from ui.charts import BOOKKEEPING_EVENTS
+
+    assert BOOKKEEPING_EVENTS == QUIET
 
 
 class RecordingNode:

@@ -49,6 +49,10 @@ def _param_input(name: str, field: dict[str, Any], required: bool) -> Any:
     return None if v is None else float(v)
 
 
+#: The target option of a large fleet's form that asks for a node's name.
+BY_NAME = "a node, by name"
+
+
 def fault_form(run_id: str, fleet: dict[str, Any]) -> None:
     """Kind, target (a client node or a whole tier), the kind's parameters; Inject now."""
     schema = client.fault_schema()
@@ -59,11 +63,19 @@ def fault_form(run_id: str, fleet: dict[str, Any]) -> None:
     about = details[kind]
     fault: dict[str, Any] = {"kind": kind}
     if about["target"] != "server":
-        clients = [n["name"] for n in fleet["nodes"] if n["role"] == "client"]
-        tiers = sorted({n["tier"] for n in fleet["nodes"] if n["role"] == "client"})
-        targets = clients + [f"tier: {t}" for t in tiers]
+        if fleet.get("grouped"):  # a large fleet: its tiers, or a node by name
+            clients, tiers = (
+                [BY_NAME],
+                [g["tier"] for g in fleet["groups"] if g["role"] == "client"],
+            )
+        else:
+            clients = [n["name"] for n in fleet["nodes"] if n["role"] == "client"]
+            tiers = [n["tier"] for n in fleet["nodes"] if n["role"] == "client"]
+        targets = clients + [f"tier: {t}" for t in sorted(set(tiers))]
         target = st.selectbox("Target", targets, key="fault-target")
-        if target.startswith("tier: "):
+        if target == BY_NAME:
+            fault["node"] = st.text_input("Node name", key="fault-node").strip()
+        elif target.startswith("tier: "):
             fault["tier"] = target.removeprefix("tier: ")
         else:
             fault["node"] = target

@@ -7,7 +7,7 @@ from typing import Any
 
 import streamlit as st
 
-from ui import charts, client
+from ui import charts, client, group_charts
 
 STATUS_ICONS = {
     "running": ":material/play_circle:",
@@ -63,20 +63,66 @@ def pick_run(
     return picked
 
 
-def fleet_picture(fleet: dict[str, Any]) -> None:
-    """The continuum: tiers as layers, nodes by state, labelled links; then tables."""
-    st.graphviz_chart(charts.fleet_dot(fleet), width="stretch")
+def _legend(links: str = "links: solid ok, dashed partitioned, bold degraded") -> None:
     legend = " ".join(
         f"<span style='background:{c};padding:1px 6px;border-radius:4px'>{s}</span>"
         for s, c in charts.NODE_COLOURS.items()
     )
-    st.markdown(
-        f"{legend} · links: solid ok, dashed partitioned, bold degraded",
-        unsafe_allow_html=True,
-    )
+    st.markdown(f"{legend} · {links}", unsafe_allow_html=True)
+
+
+def fleet_picture(fleet: dict[str, Any]) -> None:
+    """The continuum: tiers as layers, nodes by state, labelled links; then tables (a
+    large fleet: by group, :func:`grouped_picture`)."""
+    if fleet.get("grouped"):
+        grouped_picture(fleet)
+        return
+    st.graphviz_chart(charts.fleet_dot(fleet), width="stretch")
+    _legend()
     nodes, links = st.tabs(["Nodes", "Links"])
     nodes.dataframe(charts.node_table(fleet), hide_index=True)
     links.dataframe(charts.link_table(fleet), hide_index=True)
+
+
+def grouped_picture(fleet: dict[str, Any]) -> None:
+    """A large fleet: a box per tier/profile group with its nodes counted per state,
+    a row per group, the nodes sampled per round, and, in an expander, only the nodes
+    that failed or were faulted."""
+    st.caption(
+        f"{fleet['node_count']:,} nodes in {len(fleet['groups'])} groups by tier/profile"
+        f" (over {fleet['grouped_above']} nodes: counts per state, not a box per node)"
+    )
+    st.graphviz_chart(group_charts.group_dot(fleet), width="stretch")
+    _legend("fill: the state most of a group's nodes are in; red outline: some are down,"
+            " straggling or misconfigured; link: the one most of the group has")  # fmt: skip
+    st.dataframe(group_charts.group_table(fleet), hide_index=True)
+    rounds = group_charts.round_table(fleet)
+    if not rounds.empty:
+        st.markdown("**Sampled nodes per round** — counts, not a row per node")
+        st.dataframe(rounds, hide_index=True)
+    listed = len(fleet["nodes"]) + fleet.get("listed_more", 0)
+    with st.expander(f"Nodes that failed or were faulted: {listed:,}"):
+        if not listed:
+            st.caption("none: no node was faulted, went down or failed a round")
+            return
+        st.dataframe(group_charts.listed_table(fleet), hide_index=True)
+        if fleet["links"]:
+            st.dataframe(charts.link_table(fleet), hide_index=True)
+        if fleet.get("listed_more"):
+            st.caption(f"... and {fleet['listed_more']:,} more not listed")
+
+
+def not_up(fleet: dict[str, Any]) -> str:
+    """`` · not up: edge-2`` (a large fleet: the count per state), or nothing."""
+    if fleet.get("grouped"):
+        counts: dict[str, int] = {}
+        for g in fleet["groups"]:
+            for s, k in g["states"].items():
+                if s != "up":
+                    counts[s] = counts.get(s, 0) + k
+        return f" · not up: {group_charts.states_text(counts, ', ')}" if counts else ""
+    down = [n["name"] for n in fleet["nodes"] if n["state"] != "up"]
+    return f" · not up: {', '.join(down)}" if down else ""
 
 
 def live_fleet(run_id: str, running: bool) -> None:
@@ -84,11 +130,10 @@ def live_fleet(run_id: str, running: bool) -> None:
 
     def draw() -> None:
         fleet = client.fleet(run_id)
-        down = [n["name"] for n in fleet["nodes"] if n["state"] != "up"]
         st.caption(
             f"round {fleet['round']} · run {fleet['run_status']}"
             + (f" · on `{fleet['backend']}`" if fleet.get("backend") else "")
-            + (f" · not up: {', '.join(down)}" if down else "")
+            + not_up(fleet)
         )
         fleet_picture(fleet)
 

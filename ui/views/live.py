@@ -12,11 +12,13 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from ui import charts, client
+from ui import charts, client, group_charts
 
 HEADER_EVERY_S = 1.0
 CURVES_EVERY_S = 2.0
 TIMELINE_EVERY_S = 0.5
+#: A large fleet's failed or late (round, node) pairs listed at most.
+NOT_COMPLETED_ROWS = 200
 MARKS = {"fault": ":red[**fault**]", "effect": ":orange[**effect**]"}
 
 
@@ -138,12 +140,20 @@ def curves(run_id: str, running: bool) -> None:
 
 def statuses(run_id: str, running: bool) -> None:
     """Each node's status in each round (completed, failed, late, excluded) as a grid,
-    then the ones not completed with their reasons (refreshed with the curves)."""
+    then the ones not completed with their reasons (refreshed with the curves); a fleet
+    the controller sends by group: counts per round (:func:`_status_counts`)."""
 
     def draw() -> None:
         rows = client.round_status(run_id)
         if rows.empty:
             st.caption("no per-round statuses recorded (yet): no FL round has ended")
+            return
+        try:
+            fleet = client.fleet(run_id)
+        except client.ControllerError:  # (no plan to draw: the grid, as before)
+            fleet = {}
+        if fleet.get("grouped"):  # too many nodes for a grid (as the Fleet page draws it)
+            _status_counts(fleet, rows)
             return
         grid = charts.status_grid(rows)
         counts = rows["status"].value_counts()
@@ -158,6 +168,23 @@ def statuses(run_id: str, running: bool) -> None:
             st.dataframe(other[["round", "node", "status", "reason"]], hide_index=True)
 
     st.fragment(draw, run_every=CURVES_EVERY_S if running else None)()
+
+
+def _status_counts(fleet: dict[str, Any], rows: pd.DataFrame) -> None:
+    """A fleet too large for a grid (the controller sends it by group; a simulation's
+    sampled clients): per round, the nodes sampled and how they ended; then the failed
+    or late ones (the first :data:`NOT_COMPLETED_ROWS`)."""
+    counts = group_charts.round_table(fleet)
+    st.caption(
+        f"{rows['node'].nunique():,} nodes have a status: counts per round, not a row per"
+        " node (the Fleet page counts them per tier/profile)"
+    )
+    st.dataframe(counts, hide_index=True)
+    bad = rows[~rows["status"].isin(["completed", "excluded"])].sort_values(["round", "node"])
+    if not bad.empty:
+        st.markdown(f"**Failed or late** — {len(bad):,} (round, node) pairs, and why")
+        st.dataframe(bad[["round", "node", "status", "reason"]].head(NOT_COMPLETED_ROWS),
+                     hide_index=True)  # fmt: skip
 
 
 def timeline(run_id: str, running: bool) -> None:
@@ -183,10 +210,7 @@ def timeline(run_id: str, running: bool) -> None:
                     f"- `{r.t_s:7.2f} s` {MARKS[r.category]} {r.what}" for r in marked.itertuples()
                 )
             )
-        latest = " · ".join(
-            f"{r.what.split(':')[0]} ({r.t_s:.1f} s)" for r in ev.tail(4).itertuples()
-        )
-        st.caption(f"{len(ev)} events · latest: {latest}")
+        st.caption(f"{len(ev)} events · latest: {charts.latest_events(ev)}")
 
     st.fragment(chart, run_every=CURVES_EVERY_S if running else None)()
     st.fragment(ticker, run_every=TIMELINE_EVERY_S if running else None)()

@@ -90,11 +90,14 @@ def panels(
 
 
 def summary_table(tl: dict[str, Any]) -> pd.DataFrame:
-    """One row per (workload, key metric): rows, p50, p95, mean, last, rows/s, kind."""
+    """One row per (workload, key metric): rows, p50, p95, mean, last, rows/s (per
+    emulated second under time dilation), kind."""
+    tdf = float(tl.get("time_dilation") or 1.0)
+    per_s = "rows/s (first to last row)" + (f", emulated (TDF {tdf:g})" if tdf != 1.0 else "")
     rows = [
         {"workload": s["workload"], "metric": s["name"], "rows": s["rows"],
          "p50": s["p50"], "p95": s["p95"], "mean": s["mean"], "last": s["last"],
-         "rows/s (first to last row)": s["per_s"], "kind": s["kind"] or "not tagged",
+         per_s: s["per_s"], "kind": s["kind"] or "not tagged",
          **({f"within {s['bound']} %": s["within_bound_pct"]} if s.get("bound") else {})}
         for s in tl["summary"]
     ]  # fmt: skip

@@ -5,6 +5,7 @@ Used by ``tests/test_resume.py`` and ``tests/test_orphans.py``.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -77,6 +78,61 @@ def node_cgroups() -> set[str]:
         for root in [base]
         for d in (base.glob("node-*") if base.exists() else [])
     }
+
+
+class PidSampler:
+    """Notes, every ``every_s`` while it runs, the pids of the processes whose
+    ``FLWR_HOME`` or command line is in ``folder``: the run's own processes, so that host
+    objects named after a pid (``node-<pid>`` cgroups) can be told from a neighbour's."""
+
+    def __init__(self, folder: Path, every_s: float = 0.2) -> None:
+        import threading
+
+        from tests.conftest import processes_under
+
+        self.pids: set[int] = set()
+        self._stop = threading.Event()
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.pids |= {p.pid for p in processes_under(folder)}
+                self._stop.wait(every_s)
+
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> set[int]:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        return self.pids
+
+
+def run_pids(out: Path) -> set[int]:
+    """Agent pids that the runs under ``out`` wrote in their nodes' ready files."""
+    pids = set()
+    for f in out.glob("**/nodes/*/ready"):
+        try:
+            pids.add(int(json.loads(f.read_text())["pid"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    return pids
+
+
+def own_cgroups(cgroups: set[str], pids: set[int]) -> set[str]:
+    """The ``node-<pid>`` cgroups among ``cgroups`` whose pid is one of ``pids``."""
+    return {c for c in cgroups if c.rsplit("node-", 1)[-1] in {str(p) for p in pids}}
+
+
+def own_netns(names: set[str], out: Path) -> set[str]:
+    """The namespaces among ``names`` that carry the tag of a run under ``out``
+    (``fleet.json``: ``ct-<tag>...``; none if no run wrote its tag)."""
+    tags = set()
+    for f in out.glob("**/fleet.json"):
+        try:
+            tags.add(json.loads(f.read_text())["run_tag"])
+        except (OSError, ValueError, KeyError):
+            pass
+    return {n for n in names if any(n.startswith(f"ct-{t}") for t in tags)}
 
 
 def listening(pids: set[int]) -> set[tuple[int, int]]:

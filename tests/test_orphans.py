@@ -2,7 +2,8 @@
 SIGKILL of the runner, each followed by a check of the host.
 
 After every run: 0 processes whose command line or ``FLWR_HOME`` points into the store,
-0 network namespaces and 0 node cgroups that were not there before, 0 listening sockets
+0 network namespaces and 0 node cgroups of its own (its tag, its agents' pids) that were
+not there before (a neighbour's runs on the host are not counted), 0 listening sockets
 of any process the run had, and the run's status says how it ended (a SIGKILLed runner's
 watchdog marks it ``interrupted``). ``ORPHAN_RUNS`` sets the number of runs (default
 :data:`DEFAULT_RUNS`; see ``docs/resume.md`` for the measured cost per run).
@@ -21,7 +22,18 @@ import pytest
 from testbed.emulation.netem import support
 from testbed.store import RunStore
 from tests.conftest import processes_under
-from tests.fleet_kill import cli, has_event, listening, netns, node_cgroups, wait_store
+from tests.fleet_kill import (
+    PidSampler,
+    cli,
+    has_event,
+    listening,
+    netns,
+    node_cgroups,
+    own_cgroups,
+    own_netns,
+    run_pids,
+    wait_store,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -82,6 +94,7 @@ def one_run(tmp_path: Path, i: int) -> dict[str, object]:
     ns0, cg0 = netns(), node_cgroups()
     t0 = time.monotonic()
     proc = cli(out, "run", str(file))
+    sampler = PidSampler(out)
     seen: set[int] = {proc.pid}
     if ending in ("ctrl-c", "sigkill"):
         kind, rnd = KILL_POINTS[(i // len(ENDINGS)) % len(KILL_POINTS)]
@@ -89,13 +102,14 @@ def one_run(tmp_path: Path, i: int) -> dict[str, object]:
         seen |= {p.pid for p in processes_under(out)}
         proc.send_signal(signal.SIGINT if ending == "ctrl-c" else signal.SIGKILL)
     text, _ = proc.communicate(timeout=180)
+    ours = sampler.stop() | run_pids(out) | seen
     deadline = time.monotonic() + REAP_S
     while processes_under(out) and time.monotonic() < deadline:
         time.sleep(0.25)
     left = processes_under(out)
     assert left == [], (i, ending, [p.cmdline() for p in left], text)
-    assert netns() - ns0 == set(), (i, ending)
-    assert node_cgroups() - cg0 == set(), (i, ending)
+    assert own_netns(netns() - ns0, out) == set(), (i, ending)
+    assert own_cgroups(node_cgroups() - cg0, ours) == set(), (i, ending)
     assert listening(seen) == set(), (i, ending)
     want = {"normal": 0, "error": 1, "ctrl-c": 130, "sigkill": -signal.SIGKILL}[ending]
     assert proc.returncode == want, (i, ending, text)

@@ -20,7 +20,7 @@ from testbed.runner import run_experiment
 from testbed.spec.loader import parse_spec
 from testbed.store import RunStore
 from tests.conftest import processes_under
-from tests.fleet_kill import cli, has_event, node_cgroups, wait_store
+from tests.fleet_kill import cli, has_event, node_cgroups, own_cgroups, run_pids, wait_store
 
 ROUNDS = 4
 REAP_S = 20.0  # the longest the watchdog of a killed runner may take to reap its fleet (s)
@@ -100,7 +100,8 @@ def test_resume_after_sigkill_continues_from_the_checkpoint(tmp_path: Path) -> N
     assert resume.returncode == 0, text
     assert not any(psutil.pid_exists(p) and _same_run(p, run_dir) for p in first)
     assert processes_under(tmp_path) == []
-    assert node_cgroups() <= cgroups_before  # the killed attempt's cgroups are gone
+    # the killed attempt's cgroups are gone (its own: a neighbour's runs are not counted)
+    assert own_cgroups(node_cgroups() - cgroups_before, first | run_pids(out)) == set()
 
     store = RunStore(out)
     run = store.run(run_id)

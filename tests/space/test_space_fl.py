@@ -1,8 +1,15 @@
 """A real Flower fleet in which a satellite silo is out of view at first: the rounds go
-on without it (round deadline), and it takes part once its pass begins."""
+on without it (round deadline), and it takes part once its pass begins.
+
+The pass is on the wall clock (a schedule from the fleet's start), so the test judges the
+rounds against the times the run recorded (``round_start``/``round_end`` and the link's
+``link_changed`` events), not against where the rounds should have fallen on a quiet
+machine: a round whose deadline passed before the recorded rise cannot have the
+satellite's reply in time; a round started after it has the satellite again."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,10 +22,13 @@ from testbed.spec.loader import parse_spec
 from testbed.store import RunStore
 from tests.conftest import processes_under
 
-RISE_WALL_S = 20.0  #: the satellite rises this long after the fleet is ready, s
+#: The satellite rises this long after the fleet is ready, s: round 1 (deadline 8 s) ends
+#: before it unless the ServerApp takes over 20 s to start its first round.
+RISE_WALL_S = 30.0
 K = 5.0  #: time compression: the ~510 s pass lasts ~100 s of wall time
-#: Scheduled vs measured time partitioned (fleet start-up and schedule start jitter), s.
-PARTITION_TOL_S = 2.5
+ROUNDS = 5  #: rounds 1-4 wait out their deadline (32 s > RISE_WALL_S); round 5 starts in view
+#: Partitioned seconds the link counted vs those between its recorded changes, s.
+PARTITION_TOL_S = 1.0
 
 
 @pytest.mark.slow
@@ -45,24 +55,42 @@ def test_fl_round_with_a_satellite_out_of_view(tmp_path: Path, equatorial) -> No
             # in view while the fleet registers; the space schedule takes over at t = 0
             "nodes": {"sat": {"bandwidth_mbps": 100, "latency_ms": 4, "schedule": segments}},
         },
-        "workload": {"fl": {"rounds": 4, "local_epochs": 1, "round_timeout_s": 8}},
+        "workload": {"fl": {"rounds": ROUNDS, "local_epochs": 1, "round_timeout_s": 8}},
     }
     store = RunStore(tmp_path)
     res = run_experiment(parse_spec(yaml.safe_dump(exp, sort_keys=False)), store)
     assert res.status == "completed"
-    rows = store.round_status(res.run_id)
-    st = {(r.round, r.node): r.status for r in rows}
+    st = {(r.round, r.node): r.status for r in store.round_status(res.run_id)}
+    events = store.events(res.run_id)
+    starts = {e.round: e.ts for e in events if e.kind == "round_start"}
+    ends = {e.round: e.ts for e in events if e.kind == "round_end"}
+    sat = [(e.ts, json.loads(e.data or "{}")) for e in events if e.kind == "link_changed"
+           and e.node == "sat"]
+    # the link starts in view; the schedule cuts it at its t = 0 (the fleet is ready) and
+    # the pass opens it again: both changes at t_s seconds of the link's own clock
+    cuts = [i for i, (_ts, d) in enumerate(sat) if d["params"].get("partitioned")]
+    assert cuts, sat
+    opened = [(ts, d) for ts, d in sat[cuts[0]:] if not d["params"].get("partitioned")]
+    assert opened, sat
+    rise, rise_data = opened[0]
+    out_of_view_s = rise_data["t_s"] - sat[cuts[0]][1]["t_s"]
+    assert out_of_view_s >= RISE_WALL_S - 0.5, sat  # not earlier than planned
+    before = [r for r in sorted(ends) if ends[r] <= rise]
+    after = [r for r in sorted(starts) if starts[r] >= rise]
+    assert before, f"no round ended before the recorded rise: {starts=} {ends=} {rise=}"
+    assert after, f"no round started after the recorded rise: {starts=} {ends=} {rise=}"
     # out of view: its reply cannot come back in time; it fails, or arrives (held by the
     # link while partitioned) in a later round and is recorded late (staleness >= 1)
-    assert st[(1, "sat")] in {"failed", "late"}
-    if st[(1, "sat")] == "late":
+    for r in before:
+        assert st[(r, "sat")] in {"failed", "late"}, (r, st[(r, "sat")])
+    if st[(before[0], "sat")] == "late":
         stale = [v for _r, n, _k, v, _t in store.metrics(res.run_id, "staleness") if n == "sat"]
-        assert max(stale) >= 1, stale  # (a reply of the current round may be late by 0)
-    assert all(st[(r, "edge")] == "completed" for r in range(1, 5))  # the round went on
-    assert st[(4, "sat")] == "completed"  # in view: it takes part again
+        assert stale and max(stale) >= 1, stale  # (a round open at the rise: late by 0)
+    assert all(st[(r, "edge")] == "completed" for r in range(1, ROUNDS + 1))  # rounds went on
+    for r in after:  # in view: it takes part again
+        assert st[(r, "sat")] == "completed", (r, st[(r, "sat")])
     part = {n: v for _r, n, _k, v, _t in store.metrics(res.run_id, "link_partitioned_s")}
-    assert part["sat"] == pytest.approx(RISE_WALL_S, abs=PARTITION_TOL_S)
+    assert part["sat"] == pytest.approx(out_of_view_s, abs=PARTITION_TOL_S)
     assert part["edge"] == 0.0
-    changes = [e for e in store.events(res.run_id) if e[2] == "link_changed" and e[4] == "sat"]
-    assert len(changes) >= 3  # the pass's latency/bandwidth updates were applied
+    assert len(sat) >= 3  # the pass's latency/bandwidth updates were applied
     assert processes_under(tmp_path) == []

@@ -24,7 +24,10 @@
 # SKIP_DOCKER_TESTS=1 to run only the compose part (step 6), SKIP_COMPOSE=1 to skip it,
 # PYTEST_ARGS (default tests/docker) to run some of the tests of step 5, RUN_SWARM=0 to
 # skip step 7,
-# KEEP_DOCKER_DATA=0 to delete the engine's data root (images) at the end.
+# KEEP_DOCKER_DATA=0 to delete the engine's data root (images) at the end,
+# DOCKER_SUITE=ci for CI's bounded suite (`make test-docker`: the tests marked `ci` in
+# tests/conftest.py CI, of tests/docker and of the swarm step; compose v1) or all (the
+# default; `make test-docker-all`: every test, the three-way parity in the swarm step).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -34,6 +37,8 @@ IMAGE=continuum-testbed:latest
 SUITE=${SUITE:-bookworm}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-1200}
+DOCKER_SUITE=${DOCKER_SUITE:-all}
+case "$DOCKER_SUITE" in ci|all) ;; *) echo "DOCKER_SUITE=$DOCKER_SUITE: ci or all" >&2; exit 2 ;; esac
 VENV=${VENV:-$ROOT/.venv}
 PY=$VENV/bin/python
 SOCK=$DOCKER_DIR/docker.sock
@@ -190,10 +195,11 @@ if [ "${SKIP_DOCKER_TESTS:-0}" = 1 ]; then
 else
 PARITY_ONCE=""   # the swarm step runs the parity spec on local, docker and swarm at once
 [ "${RUN_SWARM:-1}" = 1 ] && PARITY_ONCE="--deselect tests/docker/test_docker_parity.py::test_local_and_docker_agree"
-log "pytest tests/docker (TESTBED_DOCKER_TESTS=1) $PARITY_ONCE"
+[ "$DOCKER_SUITE" = ci ] && PARITY_ONCE="-m ci"   # CI's bounded suite (tests/conftest.py CI)
+log "pytest tests/docker (TESTBED_DOCKER_TESTS=1, DOCKER_SUITE=$DOCKER_SUITE) $PARITY_ONCE"
 t=$(now)
 # shellcheck disable=SC2086
-run_bg env TESTBED_DOCKER_TESTS=1 timeout "$RUN_TIMEOUT_S" "$PY" -m pytest -q -p no:cacheprovider --durations=10 \
+run_bg env TESTBED_DOCKER_TESTS=1 timeout "$RUN_TIMEOUT_S" "$PY" -m pytest -q -rfE -p no:cacheprovider --durations=10 \
   ${PYTEST_ARGS:-tests/docker $PARITY_ONCE} > "$DOCKER_DIR/pytest-docker.log" 2>&1 \
   || { tail -40 "$DOCKER_DIR/pytest-docker.log"; die "tests/docker failed (log: $DOCKER_DIR/pytest-docker.log)"; }
 sed -n '/slowest 10 durations/,$p' "$DOCKER_DIR/pytest-docker.log"   # (CI's budget)
@@ -295,7 +301,11 @@ fi
 
 if [ "${RUN_SWARM:-1}" = 1 ]; then
   t=$(now)
-  run_bg env DOCKER_DIR="$DOCKER_DIR" VENV="$VENV" RUN_TIMEOUT_S="$RUN_TIMEOUT_S" bash docker/swarm.sh \
+  swarm_args="tests/docker/test_swarm.py"
+  [ "$DOCKER_SUITE" = ci ] && swarm_args="tests/docker/test_swarm.py -m ci"
+  swarm_args=${SWARM_PYTEST_ARGS:-$swarm_args}
+  run_bg env DOCKER_DIR="$DOCKER_DIR" VENV="$VENV" RUN_TIMEOUT_S="$RUN_TIMEOUT_S" \
+    SWARM_PYTEST_ARGS="$swarm_args" bash docker/swarm.sh \
     || die "the swarm step failed (docker/swarm.sh)"
   timing "swarm (2 engines)" "$t"
 else

@@ -86,7 +86,7 @@ if [ -n "${SWARM_CMD:-}" ]; then   # a benchmark instead of the test (bench/swar
 fi
 log "pytest tests/docker/test_swarm.py (TESTBED_SWARM_TESTS=1)"
 env TESTBED_DOCKER_TESTS=1 TESTBED_SWARM_TESTS=1 TESTBED_SWARM_ENGINES="$B_HOST" \
-  TESTBED_SWARM_B="$b_id" timeout "$RUN_TIMEOUT_S" "$PY" -m pytest -q -p no:cacheprovider \
+  TESTBED_SWARM_B="$b_id" timeout "$RUN_TIMEOUT_S" "$PY" -m pytest -q -rfE -p no:cacheprovider \
   --durations=5 ${SWARM_PYTEST_ARGS:-tests/docker/test_swarm.py} > "$A_DIR/pytest-swarm.log" 2>&1 \
   || { tail -60 "$A_DIR/pytest-swarm.log"; die "tests/docker/test_swarm.py failed (log: $A_DIR/pytest-swarm.log)"; }
 tail -12 "$A_DIR/pytest-swarm.log"

@@ -106,7 +106,6 @@ class Leave(FaultKind):
 
 # -- a link kind (testbed/emulation/kinds.py LinkKind) ---------------------------------
 CAP_MBPS = 20.0
-LOAD_SLACK_S = 1.5  # what a loaded 2-core host may add to a 0.1 s transfer
 
 
 @register_link_kind("capped")
@@ -343,7 +342,9 @@ def test_the_link_kind_caps_what_crosses_it_locally_and_on_the_virtual_clock() -
         link.stop()
         server.close()
     assert bytes(got) == payload
-    assert 0.8 * virtual_s <= elapsed <= virtual_s + LOAD_SLACK_S
+    # no sooner than the cap allows (a busy host only makes it later; 0.8: the proxy's
+    # token bucket lets its depth, 0.02 s of the rate, through at once)
+    assert 0.8 * virtual_s <= elapsed, (elapsed, virtual_s)
     assert link.counters()["bytes_up"] == len(payload)
 
 

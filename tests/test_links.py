@@ -1,7 +1,16 @@
 """Emulated links: shaping proxy (always) and netem mode (root with ip/tc/iptables).
 
 Real sockets on loopback (proxy) or inside network namespaces this file creates (netem).
-Each test stays under 10 s; tolerances are named constants.
+Each test stays under 10 s on a quiet host; tolerances are named constants.
+
+A verdict here must not depend on the host's speed or its neighbours (docs/ci.md): times
+are judged against what the run recorded (the link's own change times and lags, its
+counters, stamps the test takes just before and after each action), and against the
+physics of the feature, one-sided: a shaped transfer is never faster than its cap allows,
+an emulated delay never shorter than configured, a partition's counted seconds lie
+between the stamps around its start and its end. Accuracy and lag figures (how close to
+ideal, how soon) are printed; they are bench/links.py's figures of merit
+(docs/benchmarks.md), not verdicts. Waits for something to happen are liveness waits.
 """
 
 from __future__ import annotations
@@ -9,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import math
 import os
 import socket
 import threading
@@ -21,14 +31,15 @@ import pytest
 from testbed.emulation.kinds import LINK_KINDS, LinkEnds, link_kind
 from testbed.emulation.link import Link, LinkParams, LinkSchedule, satellite_pass
 from testbed.emulation.proxy import RTO_MIN_S, ShapingProxy
+from testbed.emulation.relay import Bucket
 from testbed.emulation.schedule import ScheduleDriver
 from testbed.emulation.state import LinkState
 
-BW_TOL = 0.08  # relative, bulk transfer time vs size/bandwidth (+handshake), >= 0.4 s transfers
-RTT_TOL_S = 0.015  # absolute, one request/response round trip vs 2 x latency
-CHANGE_LAG_S = 0.1  # a schedule change takes effect within this
-RATE_TOL = 0.15  # relative, rate measured in a window after a change
-CLOCK_TOL_S = 0.05  # absolute, partitioned_s vs the partition's wall time
+LIVENESS_S = 30.0  # a wait for what takes well under a second on a quiet host
+LAG_LIVENESS_S = 5.0  # a schedule change later than this is stuck, not slow
+CLOCK_SLACK_S = 0.002  # clock/timer granularity allowed below a physical floor
+FLOAT_TOL = 1e-6  # float noise of a time recomputed from a change's t_s and lag_ms (s)
+NETEM_RATE_SLACK = 0.03  # relative: tbf's 5 ms burst, and headers per segment (netem.py)
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -107,18 +118,76 @@ def recv_exact(c: socket.socket, n: int) -> bytes:
     return buf
 
 
-def assert_rtts(rtts: list[float], rtt_s: float) -> None:
-    """Never faster than the emulated RTT; the median within RTT_TOL_S of it."""
+def assert_rtt_floor(rtts: list[float], rtt_s: float) -> None:
+    """No round trip faster than the emulated RTT (load only adds to one). The median is
+    printed: closeness to the RTT is a figure of merit, not a verdict."""
     median = sorted(rtts)[len(rtts) // 2]
-    assert min(rtts) > rtt_s - 0.002 and abs(median - rtt_s) < RTT_TOL_S, rtts
+    print(f"RTT {rtt_s * 1e3:.0f} ms emulated: median {median * 1e3:.1f} ms of {len(rtts)}")
+    assert min(rtts) >= rtt_s - CLOCK_SLACK_S, rtts
 
 
-def rate_between(timeline: list[tuple[float, int]], t_a: float, t_b: float) -> float:
-    """Bytes per second received between monotonic times t_a and t_b."""
-    inside = [(t, b) for t, b in timeline if t_a <= t <= t_b]
-    assert len(inside) >= 2, "too few samples in the window"
-    (ta, ba), (tb, bb) = inside[0], inside[-1]
-    return (bb - ba) / (tb - ta)
+def wait_for(cond: Callable[[], object], what: str, every_s: float = 0.005) -> None:
+    """Poll ``cond`` until it holds; fail after LIVENESS_S (liveness, not speed)."""
+    deadline = time.monotonic() + LIVENESS_S
+    while not cond():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {LIVENESS_S} s: {what}")
+        time.sleep(every_s)
+
+
+def stamped(action: Callable[[], object]) -> tuple[float, float]:
+    """Monotonic times just before and just after ``action()``: it took effect between."""
+    before = time.monotonic()
+    action()
+    return before, time.monotonic()
+
+
+def burst_bytes(params: LinkParams) -> float:
+    """Most bytes one direction of a proxy passes beyond ``rate x time`` from an idle
+    start: a full token bucket plus one chunk of debt (:class:`relay.Bucket`)."""
+    bucket = Bucket(params.rate_bytes_per_s, 0.0)
+    return bucket.depth + bucket.chunk
+
+
+def switch_window(change: dict) -> tuple[float, float]:
+    """``(due, applied)`` of a recorded schedule change, in seconds since the link's start:
+    the driver waits for ``due`` before ``set_params`` and stamps ``applied`` after it
+    returned, so the link's state switched in between."""
+    return change["t_s"] - change["lag_ms"] / 1e3, change["t_s"]
+
+
+def union_s(*spans: tuple[float, float]) -> float:
+    """Length of the union of the intervals ``(start, end)`` (empty ones ignored)."""
+    total, reach = 0.0, -math.inf
+    for start, end in sorted(s for s in spans if s[1] > s[0]):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def partitioned_bounds(changes: list[dict], end_s: float | None = None) -> tuple[float, float]:
+    """Least and most partitioned seconds a link partitioned only by its schedule can have
+    counted, from its recorded changes (:func:`switch_window`); a partition still on at the
+    end counts until ``end_s`` (seconds since the start, e.g. a stopped link's uptime)."""
+    lo = hi = 0.0
+    since: tuple[float, float] | None = None  # window of the change that partitioned it
+    for ch in changes:
+        due, applied = switch_window(ch)
+        if ch["params"]["partitioned"] and since is None:
+            since = (due, applied)
+        elif not ch["params"]["partitioned"] and since is not None:
+            lo, hi, since = lo + max(0.0, due - since[1]), hi + applied - since[0], None
+    if since is not None:
+        assert end_s is not None, "a partition still on needs the end time"
+        lo, hi = lo + max(0.0, end_s - since[1]), hi + end_s - since[0]
+    return lo, hi
+
+
+def heals(changes: list[dict]) -> int:
+    """Recorded changes that healed a scheduled partition."""
+    pairs = zip(changes, changes[1:], strict=False)
+    return sum(a["params"]["partitioned"] and not b["params"]["partitioned"] for a, b in pairs)
 
 
 @contextlib.contextmanager
@@ -213,6 +282,29 @@ def _due(link: MemoryLink, change: dict) -> float:
     return link.state.t_start + change["t_s"] - change["lag_ms"] / 1e3
 
 
+def assert_played_on_boundaries(
+    link: MemoryLink, segments: list[tuple[float, LinkParams]], t0: float
+) -> list[dict]:
+    """The recorded changes are the segments after the first, in order, each applied no
+    earlier than its boundary and recorded as due exactly then; only a driver that joined
+    after a boundary (its thread descheduled at the start) may instead apply the segment
+    in force at its join, due then, and skip the boundaries before. Returns the changes."""
+    changes = link.state.changes()
+    got = [LinkParams.from_dict(ch["params"]) for ch in changes]
+    later = [p for _, p in segments[1:]]
+    assert got and got == later[len(later) - len(got) :], got
+    first = len(segments) - len(got)  # the segment of changes[0]
+    for i, ch in enumerate(changes):
+        due, boundary = _due(link, ch), t0 + segments[first + i][0]
+        assert ch["lag_ms"] >= 0, ch  # never before it was due
+        if i == 0 and due > boundary + FLOAT_TOL:  # joined late, inside this segment
+            nxt = first + 1
+            assert nxt == len(segments) or due < t0 + segments[nxt][0] + FLOAT_TOL, ch
+        else:
+            assert abs(due - boundary) < FLOAT_TOL, (ch, boundary)
+    return changes
+
+
 def test_both_link_kinds_satisfy_the_link_protocol() -> None:
     from testbed.emulation.netem import NetemLink
 
@@ -262,24 +354,27 @@ def test_link_state_partition_bookkeeping() -> None:
     state = LinkState(LinkParams(partitioned=True))
     time.sleep(0.05)
     assert state.mode == "blackhole" and state.partitioned_s() == 0.0  # not started
-    t_start = time.monotonic()
     state.start()
     assert state.set_partition("refuse") == "refuse"  # a manual partition wins
     assert state.set_partition(None) == "blackhole"  # the scheduled one stays on
     time.sleep(0.1)
-    assert state.set_params(LinkParams()) is None
     t_open = time.monotonic()
+    assert state.set_params(LinkParams()) is None
+    t_opened = time.monotonic()
     time.sleep(0.1)
-    assert state.set_partition("blackhole") == "blackhole"
     t_manual = time.monotonic()
+    assert state.set_partition("blackhole") == "blackhole"
+    t_manualed = time.monotonic()
     time.sleep(0.1)
     state.stop()
-    t_stop = time.monotonic()
     frozen = state.partitioned_s()
     time.sleep(0.05)
     assert state.partitioned_s() == frozen  # stopped: no longer counting
-    expected = (t_open - t_start) + (t_stop - t_manual)
-    assert abs(frozen - expected) < CLOCK_TOL_S, (frozen, expected)
+    # from the start to the heal, and from the manual partition to the stop (the state's
+    # own t_start and t_stop); each switch happened between the stamps around its call
+    lo = (t_open - state.t_start) + (state.t_stop - t_manualed)
+    hi = (t_opened - state.t_start) + (state.t_stop - t_manual)
+    assert state.t_stop is not None and lo - FLOAT_TOL <= frozen <= hi + FLOAT_TOL, (lo, frozen)
     with pytest.raises(ValueError, match="mode"):
         state.set_partition("drop")
     with pytest.raises(ValueError, match="params"):
@@ -288,33 +383,46 @@ def test_link_state_partition_bookkeeping() -> None:
 
 def test_schedule_driver_plays_segments_on_time() -> None:
     a, b, cut = LinkParams(latency_ms=1), LinkParams(latency_ms=2), LinkParams(partitioned=True)
+    segments = [(0.0, a), (0.1, b), (0.2, cut)]
     link = MemoryLink(a)
     link.start()
     t0 = time.monotonic()
-    link.run_schedule(LinkSchedule([(0.0, a), (0.1, b), (0.2, cut)]), t0)
-    time.sleep(0.35)
-    counters = link.counters()
+    link.run_schedule(LinkSchedule(segments), t0)
+    wait_for(
+        lambda: any(ch["params"] == cut.to_dict() for ch in link.state.changes()),
+        "the partition segment applied",
+    )
+    applied_cut = link.state.t_start + link.state.changes()[-1]["t_s"]
+    time.sleep(max(0.0, applied_cut + 0.15 - time.monotonic()))  # partitioned >= 0.15 s
     link.stop()
-    changes = counters["changes"]
-    assert [ch["params"] for ch in changes] == [b.to_dict(), cut.to_dict()]  # a was in force
-    for ch, start in zip(changes, (0.1, 0.2), strict=True):
-        assert 0 <= ch["lag_ms"] < CHANGE_LAG_S * 1e3
-        assert abs(_due(link, ch) - (t0 + start)) < 1e-6
+    changes = assert_played_on_boundaries(link, segments, t0)  # a was in force
+    print("segment lags (ms):", [round(ch["lag_ms"], 2) for ch in changes])
+    assert all(ch["lag_ms"] < LAG_LIVENESS_S * 1e3 for ch in changes)
+    counters = link.counters()
     assert counters["partition"] == "blackhole"
-    assert abs(counters["partitioned_s"] - 0.15) < CLOCK_TOL_S
+    # counted from the switch (between the cut's due and applied times) to the stop
+    lo, hi = partitioned_bounds(changes, end_s=link.state.uptime_s())
+    assert lo >= 0.15 - FLOAT_TOL and lo - FLOAT_TOL <= counters["partitioned_s"] <= hi + FLOAT_TOL
 
     # joined late: the segment in force now is applied at once, past boundaries skipped;
-    # a new schedule replaces the previous one
+    # a new schedule replaces the previous one (whose cut never fires afterwards)
     link = MemoryLink(a)
     link.start()
-    link.run_schedule(LinkSchedule([(0.0, a), (0.1, cut)]), time.monotonic())
+    t_old = time.monotonic()
+    link.run_schedule(LinkSchedule([(0.0, a), (0.1, cut)]), t_old)
     t1 = time.monotonic()
-    link.run_schedule(LinkSchedule([(0.0, a), (0.5, b), (10.0, cut)]), t1 - 1.0)
-    time.sleep(0.2)
-    changes = link.counters()["changes"]
+    link.run_schedule(LinkSchedule([(0.0, a), (0.5, b), (60.0, cut)]), t1 - 1.0)
+    t_replaced = time.monotonic()
+    wait_for(lambda: any(ch["params"] == b.to_dict() for ch in link.state.changes()), "b")
+    time.sleep(0.2)  # room for a wrong extra change (a replayed boundary, the old cut)
+    changes = link.state.changes()
     link.stop()
-    assert [ch["params"] for ch in changes] == [b.to_dict()]
-    assert changes[0]["lag_ms"] < CHANGE_LAG_S * 1e3 and _due(link, changes[0]) >= t1
+    old = [ch for ch in changes if ch["params"] == cut.to_dict()]
+    new = [ch for ch in changes if ch["params"] != cut.to_dict()]
+    # the old cut fires only if this thread was descheduled past it before replacing
+    assert all(link.state.t_start + ch["t_s"] <= t_replaced for ch in old), (old, t_replaced)
+    assert len(old) <= 1 and [ch["params"] for ch in new] == [b.to_dict()], changes
+    assert _due(link, new[0]) >= t1 and 0 <= new[0]["lag_ms"] < LAG_LIVENESS_S * 1e3
 
 
 def test_schedule_driver_samples_functions_without_falling_behind() -> None:
@@ -325,24 +433,33 @@ def test_schedule_driver_samples_functions_without_falling_behind() -> None:
     link.start()
     t0 = time.monotonic()
     link.run_schedule(sched, t0)
-    time.sleep(play_s)
+    wait_for(
+        lambda: len(link.state.changes()) >= 5 and time.monotonic() >= t0 + play_s,
+        "5 changes and the play time",
+    )
     link.stop()
-    changes = link.counters()["changes"]
-    assert 5 <= len(changes) <= play_s / apply_s + 1
+    t_end = time.monotonic()
+    changes = link.state.changes()
+    assert 5 <= len(changes) <= (t_end - t0) / apply_s + 1  # each apply takes apply_s
+    previous_applied = t0
     for ch in changes:  # each value is the schedule's at its due time on the poll grid
-        k = (_due(link, ch) - t0) / poll_s
+        due = _due(link, ch)
+        k = (due - t0) / poll_s
         assert abs(k - round(k)) < 1e-6 and ch["params"]["latency_ms"] == round(k)
-    # a driver that replays every missed sample would be ~0.4 s late by the end
-    lags = [ch["lag_ms"] for ch in changes]
-    assert max(lags) < apply_s * 1e3 + CHANGE_LAG_S * 1e3, lags
+        assert ch["lag_ms"] >= apply_s * 1e3 - FLOAT_TOL  # the lag includes the apply
+        # not falling behind: the next sample is one due after the previous apply
+        # returned; a driver that replays the missed samples has it due before
+        assert due >= previous_applied - FLOAT_TOL, (ch, previous_applied)
+        previous_applied = link.state.t_start + ch["t_s"]
+    print("function lags (ms):", [round(ch["lag_ms"], 1) for ch in changes])
 
     def broken(t_s: float) -> LinkParams:
         return None  # type: ignore[return-value]
 
     link = MemoryLink(LinkParams())
     link.run_schedule(LinkSchedule(broken, poll_s=poll_s), time.monotonic())
-    time.sleep(0.1)
-    assert isinstance(link.driver.error, TypeError) and not link.driver.running
+    wait_for(lambda: not link.driver.running, "the driver stopped on the error")
+    assert isinstance(link.driver.error, TypeError)
 
 
 def test_proxy_manual_and_scheduled_partitions_share_one_clock() -> None:
@@ -350,28 +467,37 @@ def test_proxy_manual_and_scheduled_partitions_share_one_clock() -> None:
     with proxied(echo, open_) as (proxy, port, _s):
         c = socket.create_connection(("127.0.0.1", port))
         c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        c.settimeout(LIVENESS_S)
         c.sendall(b"a")
         assert recv_exact(c, 1) == b"a"
         t0 = time.monotonic()
         proxy.run_schedule(LinkSchedule([(0.0, open_), (0.2, cut), (0.5, open_)]), t0)
-        time.sleep(max(0.0, t0 + 0.3 - time.monotonic()))
-        proxy.partition(True)  # manual, over the scheduled one
-        time.sleep(max(0.0, t0 + 0.6 - time.monotonic()))
-        held = proxy.counters()  # the schedule healed at 0.5; the manual partition holds
+        wait_for(lambda: len(proxy.counters()["changes"]) >= 1, "the scheduled partition")
+        manual_on = stamped(lambda: proxy.partition(True))  # manual, over the scheduled one
+        wait_for(lambda: len(proxy.counters()["changes"]) >= 2, "the schedule's heal")
+        held = proxy.counters()  # the schedule healed; the manual partition holds
         c.sendall(b"b")
-        time.sleep(max(0.0, t0 + 0.7 - time.monotonic()))
+        time.sleep(0.1)
         c.setblocking(False)
         with pytest.raises(BlockingIOError):  # held while partitioned
             c.recv(1)
-        c.setblocking(True)
-        proxy.partition(False)
+        c.settimeout(LIVENESS_S)
+        manual_off = stamped(lambda: proxy.partition(False))
         assert recv_exact(c, 1) == b"b"
         c.close()
         counters = proxy.counters()
+        origin = proxy._state.t_start  # what the changes' t_s count from
     assert held["partition"] == "blackhole" and held["params"]["partitioned"] is False
     assert counters["partition"] is None
-    assert len(counters["changes"]) == 2
-    assert abs(counters["partitioned_s"] - 0.5) < CLOCK_TOL_S, counters["partitioned_s"]
+    assert [ch["params"]["partitioned"] for ch in counters["changes"]] == [True, False]
+    (cut_due, cut_applied), (heal_due, heal_applied) = map(switch_window, counters["changes"])
+    on_a, on_b = (t - origin for t in manual_on)
+    off_a, off_b = (t - origin for t in manual_off)
+    # one clock: the union of the scheduled and the manual partitions (they overlap),
+    # not their sum; each switch lies between its due/applied times or call stamps
+    lo = union_s((cut_applied, heal_due), (on_b, off_a))
+    hi = union_s((cut_due, heal_applied), (on_a, off_b))
+    assert lo - FLOAT_TOL <= counters["partitioned_s"] <= hi + FLOAT_TOL, (lo, hi, counters)
 
 
 # -- proxy: accuracy -------------------------------------------------------------------
@@ -380,24 +506,30 @@ def test_proxy_bandwidth_accuracy(direction: str) -> None:
     params = LinkParams(bandwidth_mbps=20, latency_ms=10)
     size = 1_500_000  # 0.6 s at 20 Mbps
     data = payload(size)
+    rate = params.rate_bytes_per_s
+    assert rate is not None
+    at_cap_s = (size - burst_bytes(params)) / rate  # the bytes, less a full bucket
     if direction == "up":
         with proxied(Sink(), params) as (_, port, _s):
             dt, digest = send_all(port, data)
         assert digest == hashlib.sha256(data).digest()
+        # the handshake's RTT, the bytes at the cap, the last byte's and the digest's way
+        floor, ideal = params.rtt_s + at_cap_s + params.rtt_s, size / rate + 2 * params.rtt_s
     else:
 
         def source(conn: socket.socket) -> None:
             conn.sendall(data)
 
         with proxied(source, params) as (proxy, port, _s):
+            t0 = time.monotonic()  # before the connect: the server sends on accept
             c = socket.create_connection(("127.0.0.1", port))
-            t0 = time.monotonic()
             got = recv_exact(c, size)
-            dt = time.monotonic() - t0 + params.rtt_s  # the request leg of the handshake
+            dt = time.monotonic() - t0
             c.close()
             assert got == data and proxy.counters()["bytes_down"] == size
-    ideal = size * 8 / 20e6 + 2 * params.rtt_s
-    assert abs(dt / ideal - 1) < BW_TOL, (dt, ideal)
+        floor, ideal = at_cap_s + params.latency_ms / 1e3, size / rate + params.latency_ms / 1e3
+    print(f"bandwidth {direction}: {dt:.3f} s, {dt / ideal - 1:+.1%} of ideal")
+    assert dt >= floor, (dt, floor)  # never faster than the cap allows
 
 
 def test_proxy_latency_and_handshake() -> None:
@@ -406,6 +538,7 @@ def test_proxy_latency_and_handshake() -> None:
         t0 = time.monotonic()
         c = socket.create_connection(("127.0.0.1", port))
         c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        c.settimeout(LIVENESS_S)
         c.sendall(b"ping")
         assert recv_exact(c, 4) == b"ping"
         first = time.monotonic() - t0  # handshake RTT + request RTT
@@ -416,8 +549,9 @@ def test_proxy_latency_and_handshake() -> None:
             assert recv_exact(c, 4) == b"%04d" % i
             rtts.append(time.monotonic() - t)
         c.close()
-    assert 2 * params.rtt_s - 0.002 < first < 2 * params.rtt_s + 2 * RTT_TOL_S, first
-    assert_rtts(rtts, params.rtt_s)
+    print(f"first exchange {first * 1e3:.1f} ms (2 RTT: {2 * params.rtt_s * 1e3:.0f} ms)")
+    assert first >= 2 * params.rtt_s - CLOCK_SLACK_S, first  # the emulated handshake
+    assert_rtt_floor(rtts, params.rtt_s)
 
 
 def test_proxy_jitter_keeps_order_and_spreads_delay() -> None:
@@ -441,11 +575,13 @@ def test_proxy_jitter_keeps_order_and_spreads_delay() -> None:
             sent.append(time.monotonic())
             c.sendall(b"%08d" % i)
             time.sleep(0.01)
-        time.sleep(0.2)
+        wait_for(lambda: len(arrivals) >= 60, "every message delivered")
         c.close()
     assert [m for _, m in arrivals] == [b"%08d" % i for i in range(60)]  # intact, in order
     delays = [ta - ts for (ta, _), ts in zip(arrivals, sent, strict=True)]
-    assert min(delays) >= 0.010 - 0.002 and max(delays) <= 0.050 + 0.03
+    print(f"jitter: delays {min(delays) * 1e3:.1f}..{max(delays) * 1e3:.1f} ms (10..50)")
+    # never under latency - jitter; spread by the jitter (load only adds to a delay)
+    assert min(delays) >= (params.latency_ms - params.jitter_ms) / 1e3 - CLOCK_SLACK_S
     assert max(delays) - min(delays) > 0.015  # jitter is there
 
 
@@ -454,31 +590,55 @@ def test_proxy_blackhole_partition_holds_traffic_and_loses_nothing() -> None:
     sink = Sink()
     params = LinkParams(bandwidth_mbps=16)
     data = payload(2_400_000)  # 1.2 s at 16 Mbps, plus a 0.9 s partition
+    half = len(data) // 2
+    partitioned = threading.Event()
+    result: dict[str, object] = {}
+
+    def send(port: int) -> None:  # the second half only once the partition is on
+        t_begin = time.monotonic()
+        with socket.create_connection(("127.0.0.1", port)) as c:
+            c.sendall(data[:half])
+            partitioned.wait(LIVENESS_S)
+            c.sendall(data[half:])
+            c.shutdown(socket.SHUT_WR)
+            result["digest"] = recv_exact(c, 32)
+        result["dt"] = time.monotonic() - t_begin
+
     with proxied(sink, params) as (proxy, port, _s):
-        result: dict[str, tuple[float, bytes]] = {}
-        sender = threading.Thread(target=lambda: result.update(r=send_all(port, data)))
+        sender = threading.Thread(target=send, args=(port,), daemon=True)
         sender.start()
-        time.sleep(0.4)
-        proxy.partition(True)
-        t_on = time.monotonic()
+        wait_for(lambda: proxy.counters()["bytes_up"] >= 400_000, "the transfer under way")
+        on = stamped(lambda: proxy.partition(True))
+        partitioned.set()
         time.sleep(0.1)
         before = proxy.counters()["bytes_up"]
         time.sleep(0.8)
+        read = time.monotonic()
         during = proxy.counters()
-        proxy.partition(False)
-        t_off = time.monotonic()
-        sender.join(10)
+        read_end = time.monotonic()
+        off = stamped(lambda: proxy.partition(False))
+        sender.join(LIVENESS_S)
         after = proxy.counters()
-    assert during["bytes_up"] == before > 0  # traffic stopped
-    assert during["partition"] == "blackhole" and 0.85 < during["partitioned_s"] < 1.0
-    assert during["partitioned_s"] <= after["partitioned_s"] < 1.05 and after["partition"] is None
+    assert not sender.is_alive(), "the transfer did not finish after the heal"
+    assert during["bytes_up"] == before >= 400_000  # traffic stopped
+    # partitioned from its start (between the stamps around the call) to each reading
+    assert during["partition"] == "blackhole" and after["partition"] is None
+    assert read - on[1] - FLOAT_TOL <= during["partitioned_s"] <= read_end - on[0] + FLOAT_TOL
+    assert off[0] - on[1] - FLOAT_TOL <= after["partitioned_s"] <= off[1] - on[0] + FLOAT_TOL
     # The sink may read late what was forwarded before the partition (its thread waits
-    # for the GIL on a loaded host); nothing forwarded after it may arrive in the window.
-    assert all(n <= before for t, n in sink.timeline if t_on + 0.1 < t < t_off)
-    dt, digest = result["r"]
-    assert digest == hashlib.sha256(data).digest()  # nothing lost, same connection
+    # for the GIL on a loaded host); nothing forwarded after it may arrive before the heal.
+    assert all(n <= before for t, n in sink.timeline if t < off[0])
+    assert result["digest"] == hashlib.sha256(data).digest()  # nothing lost, same connection
     assert after["connections"] == 1 and after["bytes_up"] == len(data)
-    assert abs(dt - (len(data) * 8 / 16e6 + (t_off - t_on))) < 0.15
+    # never faster than the cap over the open time, the partition adding its whole span;
+    # the bucket may pass a burst after each idle time (the start, the partition)
+    rate = params.rate_bytes_per_s
+    assert rate is not None
+    dt = result["dt"]
+    assert isinstance(dt, float)
+    floor = (len(data) - 3 * burst_bytes(params)) / rate + (off[0] - on[1])
+    print(f"blackhole: {dt:.3f} s, floor {floor:.3f} s")
+    assert dt >= floor, (dt, floor)
 
 
 def test_proxy_refuse_partition_resets_and_refuses_then_heals() -> None:
@@ -486,38 +646,48 @@ def test_proxy_refuse_partition_resets_and_refuses_then_heals() -> None:
         c = socket.create_connection(("127.0.0.1", port))
         c.sendall(b"hello")
         assert recv_exact(c, 5) == b"hello"
-        proxy.partition(True, mode="refuse")
+        on = stamped(lambda: proxy.partition(True, mode="refuse"))
         with pytest.raises(ConnectionResetError):  # the client sees the reset
             c.sendall(b"x")
             c.recv(1)
         c.close()
         with pytest.raises(ConnectionRefusedError):
-            socket.create_connection(("127.0.0.1", port), timeout=2)
-        proxy.partition(False)
+            socket.create_connection(("127.0.0.1", port), timeout=LIVENESS_S)
+        off = stamped(lambda: proxy.partition(False))
         with socket.create_connection(("127.0.0.1", port)) as c2:
             c2.sendall(b"again")
             assert recv_exact(c2, 5) == b"again"
         counters = proxy.counters()
-    assert counters["resets"] >= 1 and 0 < counters["partitioned_s"] < 2
+    assert counters["resets"] >= 1
+    assert off[0] - on[1] - FLOAT_TOL <= counters["partitioned_s"] <= off[1] - on[0] + FLOAT_TOL
 
 
 # -- proxy: changes over time ----------------------------------------------------------
 def test_proxy_schedule_change_mid_transfer() -> None:
     sink = Sink()
-    slow, fast = LinkParams(bandwidth_mbps=4), LinkParams(bandwidth_mbps=40)
-    data = payload(2_500_000)  # 0.5 MB in the first second, 2 MB at 5 MB/s after
+    slow, fast = LinkParams(bandwidth_mbps=2), LinkParams(bandwidth_mbps=40)
+    data = payload(2_250_000)  # 0.25 MB in the first second, 2 MB at 5 MB/s after
+    slow_rate, fast_rate = slow.rate_bytes_per_s, fast.rate_bytes_per_s
+    assert slow_rate is not None and fast_rate is not None
     with proxied(sink, slow) as (proxy, port, _s):
         t0 = time.monotonic()
         proxy.run_schedule(LinkSchedule([(0.0, slow), (1.0, fast)]), t0)
-        dt, digest = send_all(port, data)
+        _, digest = send_all(port, data)
+        t_done = time.monotonic()
         changes = proxy.counters()["changes"]
     assert digest == hashlib.sha256(data).digest()
-    assert len(changes) == 1 and 0 <= changes[0]["lag_ms"] < CHANGE_LAG_S * 1e3
-    before = rate_between(sink.timeline, t0 + 0.3, t0 + 0.95)
-    after = rate_between(sink.timeline, t0 + 1.0 + CHANGE_LAG_S, t0 + dt - 0.05)
-    assert abs(before / 0.5e6 - 1) < RATE_TOL, before
-    assert abs(after / 5e6 - 1) < RATE_TOL, after
-    assert abs(dt - 1.4) < 0.15, dt
+    assert [ch["params"] for ch in changes] == [fast.to_dict()]
+    assert 0 <= changes[0]["lag_ms"] < LAG_LIVENESS_S * 1e3, changes
+    due = t0 + 1.0  # the rate switched no earlier (then, or at a late driver's join)
+    print(f"change mid-transfer: done at {t_done - t0:.3f} s, lag {changes[0]['lag_ms']:.1f} ms")
+    # before the change, what reached the server never beat the slow cap
+    cap = burst_bytes(slow)
+    assert all(n <= slow_rate * (t - t0) + cap for t, n in sink.timeline if t <= due)
+    # nor the whole transfer the caps: slow until the change, fast after it
+    rest = len(data) - slow_rate * 1.0 - burst_bytes(slow) - burst_bytes(fast)
+    assert t_done - t0 >= 1.0 + rest / fast_rate, t_done - t0
+    # and the 40 Mbps segment was applied: at 2 Mbps throughout it would take 9 s
+    assert t_done - t0 < (len(data) - burst_bytes(slow)) / slow_rate, t_done - t0
 
 
 def test_proxy_function_schedule_partitions_and_records_lag() -> None:
@@ -526,14 +696,21 @@ def test_proxy_function_schedule_partitions_and_records_lag() -> None:
     with proxied(echo, LinkParams()) as (proxy, port, _s):
         proxy.run_schedule(sat, time.monotonic())
         with socket.create_connection(("127.0.0.1", port)) as c:
+            c.settimeout(LIVENESS_S)
             for i in range(20):  # every echo completes, partitions only delay
                 c.sendall(b"%03d" % i)
                 assert recv_exact(c, 3) == b"%03d" % i
                 time.sleep(0.05)
-        counters = proxy.counters()
-    lags = [ch["lag_ms"] for ch in counters["changes"]]
-    assert len(lags) >= 10 and max(lags) < CHANGE_LAG_S * 1e3
-    assert counters["partitioned_s"] > 0.3
+        wait_for(lambda: heals(proxy.counters()["changes"]) >= 1, "a pass's partition healed")
+    counters = proxy.counters()  # stopped: partitioned_s and uptime_s no longer move
+    changes = counters["changes"]
+    lags = [ch["lag_ms"] for ch in changes]
+    print(f"satellite pass: {len(lags)} changes, lag max {max(lags):.1f} ms")
+    assert len(lags) >= 3 and all(0 <= lag < LAG_LIVENESS_S * 1e3 for lag in lags), lags
+    # the partitioned time is the recorded partitions' (between their switch windows)
+    lo, hi = partitioned_bounds(changes, end_s=counters["uptime_s"])
+    assert counters["partitioned_s"] > 0
+    assert lo - FLOAT_TOL <= counters["partitioned_s"] <= hi + FLOAT_TOL, (lo, hi, counters)
 
 
 # -- proxy: loss -----------------------------------------------------------------------
@@ -556,6 +733,7 @@ def test_proxy_loss_tail_drop_costs_an_rto() -> None:
     with proxied(echo, params) as (proxy, port, _s):
         with socket.create_connection(("127.0.0.1", port)) as c:
             c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            c.settimeout(LIVENESS_S)
             times = []
             for i in range(20):
                 t = time.monotonic()
@@ -564,8 +742,12 @@ def test_proxy_loss_tail_drop_costs_an_rto() -> None:
                 times.append(time.monotonic() - t)
         events = proxy.counters()["loss_events"]
     slow = [t for t in times if t > params.rtt_s + RTO_MIN_S - 0.01]
-    assert events >= 3 and len(slow) >= 3  # single-segment messages: every loss is a tail loss
-    assert len(slow) <= events
+    assert events >= 3
+    # single-segment messages: every loss is a tail loss and costs an RTT plus an RTO on
+    # top of its exchange's RTT (load only adds), and an exchange holds two segments
+    floor = len(times) * params.rtt_s + events * (params.rtt_s + RTO_MIN_S) - CLOCK_SLACK_S
+    assert sum(times) >= floor, (times, events)
+    assert len(slow) >= math.ceil(events / 2), (times, events)
 
 
 # -- proxy: HTTP keep-alive and concurrency (the Flower SuperNode -> SuperLink case) ----
@@ -595,7 +777,8 @@ def test_proxy_http_keepalive_many_concurrent_connections() -> None:
 
     async def run() -> list[bool]:
         limits = httpx.Limits(max_connections=16, max_keepalive_connections=16)
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", limits=limits) as cl:
+        base, timeout = f"http://127.0.0.1:{port}", httpx.Timeout(LIVENESS_S)  # not 5 s
+        async with httpx.AsyncClient(base_url=base, limits=limits, timeout=timeout) as cl:
 
             async def one(i: int) -> bool:
                 body = payload(1000 + 97 * i, seed=i)
@@ -605,15 +788,13 @@ def test_proxy_http_keepalive_many_concurrent_connections() -> None:
             return await asyncio.gather(*(one(i) for i in range(300)))
 
     try:
-        deadline = time.monotonic() + 5
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(lambda: server.started, "uvicorn started", every_s=0.02)
         ok = asyncio.run(run())
         counters = proxy.counters()
     finally:
         proxy.stop()
         server.should_exit = True
-        thread.join(5)
+        thread.join(LIVENESS_S)
     assert all(ok) and len(ok) == 300
     assert 2 <= counters["connections"] <= 16  # concurrent, and reused (keep-alive)
     assert counters["resets"] == 0 and counters["bytes_up"] > 300 * 1000
@@ -640,7 +821,7 @@ def test_proxy_half_close_and_reset_propagate() -> None:
         with socket.create_connection(("127.0.0.1", port)) as c:
             c.sendall(b"x")
             with pytest.raises(ConnectionResetError):
-                c.settimeout(3)
+                c.settimeout(LIVENESS_S)
                 c.recv(1)
         assert proxy.counters()["resets"] == 1
 
@@ -683,14 +864,38 @@ def netem_link(params: LinkParams, handler: Callable[[socket.socket], None], ind
     assert link.router_netns not in names and link.client_netns not in names  # cleaned up
 
 
+def echo_rtts(c: socket.socket, n: int) -> list[float]:
+    """``n`` two-byte echoes on ``c``, one at a time; their round-trip times."""
+    out = []
+    for i in range(n):
+        t = time.monotonic()
+        c.sendall(b"%02d" % i)
+        assert recv_exact(c, 2) == b"%02d" % i
+        out.append(time.monotonic() - t)
+    return out
+
+
+def rtts_until_below(c: socket.socket, rtts: list[float], below_s: float) -> list[float]:
+    """More echoes until one is faster than ``below_s`` (load may slow a few of them; a
+    liveness wait), or LIVENESS_S passed; ``rtts`` with the new ones."""
+    deadline = time.monotonic() + LIVENESS_S
+    while min(rtts) >= below_s and time.monotonic() < deadline:
+        rtts = rtts + echo_rtts(c, 1)
+    return rtts
+
+
 @netem_only
 def test_netem_bandwidth_and_counters() -> None:
     data = payload(1_500_000)
-    with netem_link(LinkParams(bandwidth_mbps=20), Sink(), 1) as (link, addr, port, client):
+    params = LinkParams(bandwidth_mbps=20)
+    with netem_link(params, Sink(), 1) as (link, addr, port, client):
         dt, digest = send_all(port, data, host=addr, sock=client())
         c = link.counters()
     assert digest == hashlib.sha256(data).digest()
-    assert abs(dt / (len(data) * 8 / 20e6) - 1) < BW_TOL, dt
+    rate = params.rate_bytes_per_s
+    assert rate is not None
+    print(f"netem bandwidth: {dt:.3f} s, {dt / (len(data) / rate) - 1:+.1%} of ideal")
+    assert dt >= len(data) / rate * (1 - NETEM_RATE_SLACK), dt  # never faster than the cap
     assert c["bytes_up"] > len(data) and c["connections"] == 1 and c["packets_up"] > 1000
 
 
@@ -702,22 +907,14 @@ def test_netem_latency_and_change() -> None:
         c = client()
         c.connect((addr, port))
         c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-        def rtts(n: int) -> list[float]:
-            out = []
-            for i in range(n):
-                t = time.monotonic()
-                c.sendall(b"%02d" % i)
-                assert recv_exact(c, 2) == b"%02d" % i
-                out.append(time.monotonic() - t)
-            return out
-
-        first = rtts(5)
+        c.settimeout(LIVENESS_S)
+        first = echo_rtts(c, 5)
         link.set_params(LinkParams(latency_ms=10))  # same connection, new delay
-        second = rtts(5)
+        second = rtts_until_below(c, echo_rtts(c, 5), 0.06 - CLOCK_SLACK_S)
         c.close()
-    assert_rtts(first, 0.06)
-    assert_rtts(second[1:], 0.02)
+    assert_rtt_floor(first, 0.06)
+    assert_rtt_floor(second, 0.02)
+    assert min(second) < 0.06 - CLOCK_SLACK_S, second  # the shorter delay took effect
 
 
 @netem_only
@@ -728,26 +925,30 @@ def test_netem_loss_partition_and_refuse() -> None:
     with netem_link(params, sink, 3) as (link, addr, port, client):
         result: dict[str, tuple[float, bytes]] = {}
         s = client()
-        sender = threading.Thread(target=lambda: result.update(r=send_all(port, data, addr, s)))
-        link.partition(True)  # blackhole from the start: the SYN waits
+        sender = threading.Thread(
+            target=lambda: result.update(r=send_all(port, data, addr, s)), daemon=True
+        )
+        on = stamped(lambda: link.partition(True))  # blackhole from the start: the SYN waits
         sender.start()
-        time.sleep(0.6)
+        wait_for(lambda: link.counters()["dropped_partition"] >= 1, "the SYN dropped", 0.05)
+        time.sleep(max(0.0, on[1] + 0.6 - time.monotonic()))
         held = link.counters()
-        link.partition(False)
-        t_heal = time.monotonic()
-        sender.join(10)
+        off = stamped(lambda: link.partition(False))
+        sender.join(LIVENESS_S)  # SYN retransmissions back off: 1 s, 3 s, 7 s, ...
         c = link.counters()
         link.partition(True, mode="refuse")
         with pytest.raises(ConnectionRefusedError):
             sock = client()
-            sock.settimeout(3)
+            sock.settimeout(LIVENESS_S)
             sock.connect((addr, port))
         sock.close()
+    assert "r" in result, "the transfer did not finish after the heal"
     _, digest = result["r"]
     assert digest == hashlib.sha256(data).digest()  # real drops, TCP retransmitted
-    assert held["dropped_partition"] >= 1 and sink.timeline[0][0] > t_heal
+    # nothing crossed before the heal began (the sink stamps after its read)
+    assert held["dropped_partition"] >= 1 and sink.timeline[0][0] > off[0]
     assert c["dropped_loss_up"] + c["dropped_loss_down"] >= 3
-    assert 0.55 < c["partitioned_s"] < 0.8
+    assert off[0] - on[1] - FLOAT_TOL <= c["partitioned_s"] <= off[1] - on[0] + FLOAT_TOL
 
 
 @netem_only
@@ -762,34 +963,36 @@ def test_netem_follows_a_schedule_through_the_shared_driver() -> None:
         host, p = link.connect_address(port).rsplit(":", 1)
         c.connect((host, int(p)))
         c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        c.settimeout(LIVENESS_S)
 
-        def rtts(n: int) -> list[float]:
-            out = []
-            for i in range(n):
-                t = time.monotonic()
-                c.sendall(b"%02d" % i)
-                assert recv_exact(c, 2) == b"%02d" % i
-                out.append(time.monotonic() - t)
-            return out
+        def recorded() -> int:  # what counters()["changes"] reports, without its ip/tc calls
+            return len(link._state.changes())
 
+        before = echo_rtts(c, 4)  # the link's own parameters (slow), no schedule yet
         t0 = time.monotonic()
         link.run_schedule(LinkSchedule([(0.0, slow), (0.6, fast), (1.0, cut), (1.3, fast)]), t0)
-        before = rtts(4)  # 4 x 60 ms, done before 0.6 s
-        time.sleep(max(0.0, t0 + 0.6 + CHANGE_LAG_S - time.monotonic()))
-        after = rtts(5)
-        time.sleep(max(0.0, t0 + 1.15 - time.monotonic()))
+        wait_for(lambda: recorded() >= 1, "the 5 ms segment")
+        after = echo_rtts(c, 5)
+        wait_for(lambda: recorded() >= 2, "the partition")
         held = link.counters()
-        time.sleep(max(0.0, t0 + 1.3 + CHANGE_LAG_S - time.monotonic()))
-        healed = rtts(3)
+        wait_for(lambda: recorded() >= 3, "the heal")
+        healed = echo_rtts(c, 3)  # the same connection survived the blackhole
+        fast_rtts = rtts_until_below(c, after + healed, 0.06 - CLOCK_SLACK_S)
         counters = link.counters()
         c.close()
-    assert_rtts(before, 0.06)
-    assert_rtts(after[1:], 0.01)
-    assert max(healed) < 0.2  # the connection survived the blackhole
-    assert held["partition"] == "blackhole" and counters["partition"] is None
-    lags = [ch["lag_ms"] for ch in counters["changes"]]
-    assert len(lags) == 3 and max(lags) < CHANGE_LAG_S * 1e3, lags
-    assert abs(counters["partitioned_s"] - 0.3) < CLOCK_TOL_S + CHANGE_LAG_S
+    assert_rtt_floor(before, 0.06)
+    assert_rtt_floor(fast_rtts, 0.01)
+    assert min(fast_rtts) < 0.06 - CLOCK_SLACK_S, fast_rtts  # the 5 ms segments took effect
+    # read while the cut was the last change: blackholed (a reading after the heal is not)
+    assert len(held["changes"]) != 2 or held["partition"] == "blackhole", held
+    assert counters["partition"] is None
+    changes = counters["changes"]
+    assert [ch["params"] for ch in changes] == [p.to_dict() for p in (fast, cut, fast)]
+    lags = [ch["lag_ms"] for ch in changes]
+    print("netem schedule lags (ms):", [round(lag, 1) for lag in lags])
+    assert all(0 <= lag < LAG_LIVENESS_S * 1e3 for lag in lags), lags
+    lo, hi = partitioned_bounds(changes)
+    assert lo - FLOAT_TOL <= counters["partitioned_s"] <= hi + FLOAT_TOL, (lo, hi, counters)
 
 
 def test_teardown_of_a_blackholed_link_prints_no_traceback(
@@ -802,9 +1005,7 @@ def test_teardown_of_a_blackholed_link_prints_no_traceback(
     proxy = ShapingProxy("held", "127.0.0.1", server.port, LinkParams(partitioned=True))
     port = proxy.start()
     clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
-    deadline = time.monotonic() + 5
-    while proxy._shaper.connections < len(clients) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: proxy._shaper.connections >= len(clients), "the four accepted")
     assert proxy._shaper.connections == len(clients)  # all four held by the blackhole
     with caplog.at_level("DEBUG", logger="asyncio"):
         proxy.stop()

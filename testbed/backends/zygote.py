@@ -14,7 +14,12 @@ freed holes in shared pages), and each node enables it again; imports without
 collections also take ~25 % less CPU (the fleet's start waits for the zygote).
 
 A forked node is the node the plain command would have started: same arguments, same
-environment, its own session (process group), its log on stdout/stderr, cwd. It is not
+environment, its own process group (``killpg`` stops its tree), its log on stdout/stderr,
+cwd. It stays in the zygote's session, so every forked node of a run shares one
+autogroup, whose share of the CPU is one group's, like the SuperLink's or a neighbour's
+(measured 2026-12-06: with a session, so an autogroup, per node at nice 19, four busy
+loops beside a fleet left each node ~1 % of a core and a 40 s test ran over 10 min;
+with one per node at nice 0, 200 nodes left the SuperLink ~1/200 of the CPU). It is not
 a child of the backend, so the backend holds a :class:`ZygoteProcess` (the ``Popen``
 interface) that learns the node's exit code from the file the zygote writes when it
 reaps it. The zygote leaves when the backend's process dies (its nodes then see their
@@ -195,8 +200,8 @@ class Zygote:
 
 # -- inside the zygote ------------------------------------------------------------------
 def _node_main(request: dict[str, Any]) -> int | None:
-    """Become the node of ``request`` (in the forked child): session, log, env, argv."""
-    os.setsid()
+    """Become the node of ``request`` (in the forked child): process group, log, env, argv."""
+    os.setpgid(0, 0)  # (not setsid: the run's nodes share the zygote's autogroup)
     gc.enable()  # (disabled in the zygote, see the module's docstring)
     log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)

@@ -23,8 +23,6 @@ from nodes.fl.telemetry import Telemetry
 
 SPEC = FLSpec.model_validate({"rounds": 3, "local_epochs": 1})
 TIMEOUT_S = 0.3
-#: Seconds between a call's own start or end and the observer's record of it.
-TIME_TOL_S = 0.1
 
 
 def records(path: Path, kind: str, name: str | None = None) -> list[dict[str, object]]:
@@ -60,7 +58,9 @@ def test_a_round_closes_when_the_next_starts_and_a_late_reply_is_late(tmp_path: 
         f"train: no reply within the app's timeout ({TIMEOUT_S} s)",
     )
     (dur,) = records(path, "metric", "round_duration_s")  # round 1's, held by the silent node
-    assert dur["value"] == pytest.approx(call_s, abs=TIME_TOL_S) and call_s >= TIMEOUT_S
+    # from the first push (after the test's t0) to the call's return (before its end),
+    # across the wait for the silent node: within the call, and at least the timeout
+    assert TIMEOUT_S <= dur["value"] <= call_s, (dur, call_s)
     nbytes = float(task.array_nbytes(arrays))
     sent1 = {r["node"]: r["value"] for r in records(path, "metric", "bytes_sent")}
     assert sent1 == {f"node-{i}": nbytes for i in (1000, 1001, 1002)}

@@ -25,8 +25,6 @@ from nodes.fl.telemetry import Telemetry
 
 SPEC = FLSpec.model_validate({"rounds": 3, "local_epochs": 1})
 NAMES = ["silo-a", "silo-b", "silo-c"]
-#: Seconds between a call's own start or end and the observer's record of it.
-TIME_TOL_S = 0.1
 
 
 def records(path: Path, kind: str, name: str | None = None) -> list[dict[str, object]]:
@@ -177,7 +175,9 @@ def test_statuses_appear_at_aggregation_and_a_round_lasts_until_its_deadline(
     why = {r["node"]: r["reason"] for r in records(path, "status") if r["status"] == "failed"}
     assert why == {"node-1001": f"train: no reply within the app's timeout ({timeout_s} s)"}
     (dur,) = records(path, "metric", "round_duration_s")
-    assert dur["value"] == pytest.approx(call_s, abs=TIME_TOL_S) and call_s >= timeout_s
+    # from the first push (after the test's t0) to the call's return (before its end),
+    # across the wait for the silent node: within the call, and at least the timeout
+    assert timeout_s <= dur["value"] <= call_s, (dur, call_s)
     (end,) = records(path, "event", "round_end")
     assert end["data"]["duration_s"] == pytest.approx(dur["value"])
 

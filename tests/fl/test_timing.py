@@ -267,7 +267,8 @@ def test_object_pull_backoff_flower_and_fast() -> None:
             assert fn.__kwdefaults__["max_tries_per_object"] is None
             assert fn.__kwdefaults__["max_time"] == 7200  # still bounded as in Flower
         assert sci.time is time and http_grid.time is time  # no polling wait touched
-        assert _pull_twice_unavailable() < 0.3  # Flower: 1 s + 2 s (+-20 %)
+        # fast: 0.02 s + 0.04 s of back-off; Flower's: 1 s + 2 s (+-20 %), at least 2.4 s
+        assert _pull_twice_unavailable() < 1.5  # (generous: a loaded host's overhead)
     finally:
         uninstall(CLIENTAPP)
     fn = inflatable.pull_objects

@@ -51,11 +51,17 @@ workload:
     profile_repeats: 1
 """
 
-#: Emulated figures of the two runs agree within this share. The host's overheads per
-#: hop-step (not dilated) are ~10 % of a request at TDF 1 and a third of that at TDF 3;
-#: the rest is this shared host's noise. Broken dilation is off by far more: latencies
-#: recorded on the wall clock are 3x, arrivals released on the wall clock triple the
-#: throughput per emulated second and queue the requests.
+#: The links' floor of one request, emulated ms: each of its 4 steps crosses the edge's
+#: link (2 ms each way) and the fog's (20 ms each way) there and back. At any TDF a
+#: request cannot be served faster (the proxies hold each byte TDF x latency on the
+#: wall); links not dilated, or times divided by TDF twice, fall below it.
+LINK_FLOOR_MS = 4 * 2 * (2 + 20)
+
+#: How much higher TDF 3's emulated p50 / lower its throughput may be than TDF 1's.
+#: One-sided: the host's own overheads (HTTP, Python, this host's neighbours) are not
+#: dilated and shrink by TDF in emulated time, so a loaded host raises TDF 1's figures
+#: more than TDF 3's. Broken dilation is off by far more: latencies recorded on the wall
+#: clock are 3x, a throughput per wall second is a third.
 E2E_REL_TOL = 0.25
 THROUGHPUT_REL_TOL = 0.2
 
@@ -74,22 +80,42 @@ def _run(tmp_path: Path, tdf: int) -> tuple[dict[str, object], list[float], list
 def test_tdf_1_and_3_give_the_same_emulated_latency_and_throughput(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Judged against what each run recorded and the physics of its links, one-sided
+    where the host's load moves a figure (it moves TDF 1's more than TDF 3's)."""
     # one profile for both runs (profiling is this host's noise): the same cut
     cfg = ModelConfig(n_layers=4, d_model=128, n_heads=4, d_ff=256, vocab=128, max_seq=64)
     unit_s = llm_run.profile_units(cfg, 8, 4, 3)
     monkeypatch.setattr(llm_run, "profile_units", lambda *a: unit_s)
+    drawn: list[list[float]] = []  # each run's arrivals (emulated s), as the load drew them
+    real_arrivals = llm_run.make_arrivals
+
+    def arrivals(*a: object, **k: object) -> object:
+        out = real_arrivals(*a, **k)  # type: ignore[arg-type]
+        drawn.append([float(t) for t in out])
+        return out
+
+    monkeypatch.setattr(llm_run, "make_arrivals", arrivals)
     s1, e2e1, cuts1 = _run(tmp_path, 1)
     s3, e2e3, cuts3 = _run(tmp_path, 3)
     assert cuts1 == cuts3
     # the same arrivals (drawn from the seed over duration_s emulated s), all served
-    assert s1["completed"] == s3["completed"] == len(e2e1) == len(e2e3) >= 8
+    assert len(drawn) == 2 and drawn[0] == drawn[1]
+    last_s = drawn[0][-1]
+    assert s1["completed"] == s3["completed"] == len(e2e1) == len(e2e3) == len(drawn[0]) >= 8
     assert s1["failed_attempts"] == s3["failed_attempts"] == 0
-    # TDF 3 lasted 3x longer on the wall clock, the same in emulated time
-    assert float(s3["load_wall_s"]) > 2.4 * float(s1["load_wall_s"])  # type: ignore[arg-type]
+    for tdf, s in ((1, s1), (3, s3)):
+        wall_s, emulated_s = float(str(s["load_wall_s"])), float(str(s["load_emulated_s"]))
+        # released at TDF x their emulated times on the wall clock, the last one served
+        # after it arrived: TDF 3 lasted 3x longer on the wall, the same in emulated time
+        assert wall_s >= tdf * (last_s + LINK_FLOOR_MS / 1e3), (tdf, wall_s, last_s)
+        assert emulated_s == pytest.approx(wall_s / tdf)
+        assert s["throughput_rps"] == pytest.approx(len(drawn[0]) / emulated_s)
+    for e2e in (e2e1, e2e3):
+        assert min(e2e) >= LINK_FLOOR_MS, (e2e1, e2e3)
     p50_1, p50_3 = statistics.median(e2e1), statistics.median(e2e3)
-    assert p50_3 == pytest.approx(p50_1, rel=E2E_REL_TOL), (e2e1, e2e3)
-    assert statistics.mean(e2e3) == pytest.approx(statistics.mean(e2e1), rel=E2E_REL_TOL)
-    assert s3["throughput_rps"] == pytest.approx(s1["throughput_rps"], rel=THROUGHPUT_REL_TOL)
+    assert p50_3 <= p50_1 * (1 + E2E_REL_TOL), (e2e1, e2e3)
+    rps_1, rps_3 = float(str(s1["throughput_rps"])), float(str(s3["throughput_rps"]))
+    assert rps_3 >= rps_1 * (1 - THROUGHPUT_REL_TOL), (rps_1, rps_3)
 
 
 def _step(node: StageNode) -> dict[str, object]:
@@ -115,7 +141,9 @@ def test_a_stage_is_stretched_up_to_tdf_times_this_host_and_host_speed_beyond(
 
 def test_the_schedulers_clock_is_emulated(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(dilation.ENV, "4")
-    assert emulated_clock() == pytest.approx(time.monotonic() / 4, abs=0.01)
+    before = time.monotonic() / 4
+    now = emulated_clock()
+    assert before <= now <= time.monotonic() / 4  # read between the two wall stamps
 
 
 def test_a_stage_is_stretched_from_its_cpu_time_not_the_hosts_load() -> None:

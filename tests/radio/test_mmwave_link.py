@@ -13,19 +13,21 @@ import statistics
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from radio.config import MmwaveLinkSpec
 from radio.link_model import RadioLinkModel, WindowRate, path_loss_db, snr_from_distance_db
+from testbed.emulation import relay
 from testbed.emulation.kinds import LinkEnds, link_kind
 from testbed.emulation.link import Link, LinkParams
 from testbed.emulation.mmwave import MmwaveLink
 from testbed.spec.loader import SpecError, parse_spec
 
-#: Relative tolerance of bytes delivered through the link vs the integral of the
-#: modelled rate over the transfer (proxy chunking, handshake, window boundaries).
-MODEL_TOL = 0.2
+#: The modelled rate at 20 dB over that at 0 dB (2 RBs) must exceed this: the link
+#: carries 400 kB several times faster (docs/links.md).
+SNR_RATE_RATIO = 3.0
 #: Long-run block error rate vs the link adaptation's target (absolute).
 BLER_TOL = 0.06
 PAYLOAD_BYTES = 400_000
@@ -66,48 +68,73 @@ def _sink() -> tuple[socket.socket, threading.Thread]:
     return srv, t
 
 
-def _transfer(snr_db: float) -> tuple[float, float]:
-    """Seconds to push PAYLOAD_BYTES through an mmwave link, and the modelled bytes
-    (integral of the windows' rates over the same span)."""
+def _transfer(snr_db: float, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Push PAYLOAD_BYTES through an mmwave link. Returns the transfer's wall seconds
+    (``s``), its start and end (``t0``, ``t1``, ``time.monotonic``), the link's windows
+    and every rate its shaper took into use, with when (``applied``: (loop time, bytes/s);
+    a spy on :meth:`Shaper.apply`, so the radio's compute lag is in the record)."""
+    applied: list[tuple[relay.Shaper, float, float]] = []
+    apply = relay.Shaper.apply
+
+    def spy(self: relay.Shaper, now: float) -> None:
+        apply(self, now)
+        applied.append((self, now, float(self.params.rate_bytes_per_s or 0.0)))
+
     srv, t = _sink()
     port = srv.getsockname()[1]
-    link = MmwaveLink("ue", "127.0.0.1", port, LinkParams(), _radio(snr_db), seed=3)
-    link.start()
-    try:
-        time.sleep(0.3)  # a few windows in
-        host, lport = link.connect_address(port).split(":")
-        with socket.create_connection((host, int(lport))) as c:
-            t0 = link.radio_time_s()
-            c.sendall(b"x" * PAYLOAD_BYTES)
-            c.shutdown(socket.SHUT_WR)
-            assert c.recv(1) == b"k"
-            t1 = link.radio_time_s()
-        wins = link.windows()
-    finally:
-        link.stop()
-        srv.close()
-        t.join(2)
-    return t1 - t0, _modelled_bytes(wins, t0, t1)
+    with monkeypatch.context() as patch:
+        patch.setattr(relay.Shaper, "apply", spy)
+        link = MmwaveLink("ue", "127.0.0.1", port, LinkParams(), _radio(snr_db), seed=3)
+        link.start()
+        try:
+            time.sleep(0.3)  # a few windows in
+            host, lport = link.connect_address(port).split(":")
+            with socket.create_connection((host, int(lport))) as c:
+                t0 = time.monotonic()
+                c.sendall(b"x" * PAYLOAD_BYTES)
+                c.shutdown(socket.SHUT_WR)
+                assert c.recv(1) == b"k"
+                t1 = time.monotonic()
+        finally:
+            link.stop()  # (the radio thread first: every window noted was applied)
+            srv.close()
+            t.join(2)
+    mine = [(now, rate) for shaper, now, rate in applied if shaper is link._shaper]
+    return {"s": t1 - t0, "t0": t0, "t1": t1, "windows": link.windows(), "applied": mine}
 
 
-def _modelled_bytes(wins: list[dict[str, float]], t0: float, t1: float) -> float:
-    """Integral of the piecewise-constant modelled rate from t0 to t1, in bytes."""
-    total = 0.0
-    for i, w in enumerate(wins):
-        start = w["t_s"]
-        end = wins[i + 1]["t_s"] if i + 1 < len(wins) else t1
+def _allowed_bytes(applied: list[tuple[float, float]], t0: float, t1: float) -> float:
+    """Bytes the link's bucket could let through from t0 to t1: its depth at t0 (a full
+    bucket) plus the integral of the rates in force (piecewise constant from each apply)."""
+    rate_t0 = [r for t, r in applied if t <= t0][-1]
+    total = relay.Bucket(rate_t0, 0.0).depth
+    for i, (start, rate) in enumerate(applied):
+        end = applied[i + 1][0] if i + 1 < len(applied) else t1
         lo, hi = max(start, t0), min(end, t1)
         if hi > lo:
-            total += w["rate_mbps"] * 1e6 / 8 * (hi - lo)
+            total += rate * (hi - lo)
     return total
 
 
-def test_higher_snr_shorter_transfer_within_tolerance_of_the_model() -> None:
-    slow_s, slow_model = _transfer(0.0)
-    fast_s, fast_model = _transfer(20.0)
-    assert fast_s < slow_s / 3, (fast_s, slow_s)
-    for measured_s, model_bytes in ((slow_s, slow_model), (fast_s, fast_model)):
-        assert abs(model_bytes / PAYLOAD_BYTES - 1) < MODEL_TOL, (measured_s, model_bytes)
+def test_higher_snr_shorter_transfer_within_tolerance_of_the_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The radio's windows drive the proxy: every window's rate is the rate the shaper
+    took into use, and no transfer outran the rates in force while it ran (a busy host
+    only makes it later, so that side is judged alone). Higher SNR: a modelled rate
+    several times higher, so the same bytes are allowed several times sooner."""
+    mean_mbps = []
+    for snr_db in (0.0, 20.0):
+        run = _transfer(snr_db, monkeypatch)
+        rates = [float(w["rate_mbps"]) for w in run["windows"]]
+        # the first window at the start; later ones once computed (all failed: a partition)
+        expected = [rates[0] or 1e-3] + [r for r in rates[1:] if r > 0]
+        in_force = [r * 8 / 1e6 for _t, r in run["applied"]]
+        assert in_force == pytest.approx(expected, rel=1e-6, abs=1e-6), (in_force, rates)
+        allowed = _allowed_bytes(run["applied"], run["t0"], run["t1"])
+        assert PAYLOAD_BYTES <= allowed, (snr_db, run["s"], allowed)
+        mean_mbps.append(statistics.mean(rates))
+    assert mean_mbps[1] > SNR_RATE_RATIO * mean_mbps[0], mean_mbps
 
 
 def _windows(speed_mps: float, n: int = 40) -> list[WindowRate]:

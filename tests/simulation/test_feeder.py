@@ -25,10 +25,39 @@ from testbed.simulation.runner import simulation_run
 NODES = 1000
 #: Partition ids a message is pushed to (node 7 twice: one per sweep, both delivered).
 TARGETS = (7, 3, 500, 7)
+#: Sweeps a feeder runs before it is stopped: two deliver TARGETS, the rest must add
+#: nothing (each message once).
+SWEEPS = 5
+#: Liveness: how long those sweeps may take on a loaded host, s.
+WAIT_S = 60.0
+
+
+class Sweeps(threading.Event):
+    """A feeder's stop event that counts its sweeps (a feeder, Flower's or ours, ends
+    each sweep with one ``wait``): a test waits for sweeps, not for wall time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.count += 1
+        return super().wait(timeout)
+
+    def run(self, feed: Callable[..., None], *args: object, sweeps: int = SWEEPS) -> None:
+        """Run ``feed(*args, self)`` in a thread until it swept ``sweeps`` times."""
+        thread = threading.Thread(target=feed, args=(*args, self))
+        thread.start()
+        deadline = time.monotonic() + WAIT_S
+        while self.count < sweeps and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.set()
+        thread.join()
+        assert self.count >= sweeps, f"{self.count} sweeps in {WAIT_S} s"
 
 
 def fed(feed: Callable[..., None]) -> list[int]:
-    """Register NODES nodes, push TARGETS' messages, run ``feed`` for a few sweeps:
+    """Register NODES nodes, push TARGETS' messages, run ``feed`` for SWEEPS sweeps:
     the partition ids of the queued messages, in queue order."""
     factory = LinkStateFactory(
         FLWR_IN_MEMORY_DB_NAME, NoOpFederationManager(), ObjectStoreFactory()
@@ -45,12 +74,7 @@ def fed(feed: Callable[..., None]) -> list[int]:
         Message(RecordDict(), node[p], MessageType.TRAIN, group_id="1") for p in TARGETS
     )
     queue: Queue[Message] = Queue()
-    stop = threading.Event()
-    thread = threading.Thread(target=feed, args=(state, queue, mapping, stop))
-    thread.start()
-    time.sleep(6 * feeder.SWEEP_S)
-    stop.set()
-    thread.join()
+    Sweeps().run(feed, state, queue, mapping)
     out = [mapping[queue.get().metadata.dst_node_id] for _ in range(queue.qsize())]
     assert all(not state.get_message_ins(node_id=node[p], limit=None) for p in TARGETS)
     return out

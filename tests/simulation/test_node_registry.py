@@ -3,7 +3,6 @@ on Flower's real in-memory LinkState and grid (no Ray)."""
 
 from __future__ import annotations
 
-import threading
 import time
 from queue import Queue
 from typing import Any
@@ -20,6 +19,7 @@ from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 
 from testbed.simulation import feeder, registry
 from testbed.simulation.runner import APP_DIR, simulation_run
+from tests.simulation.test_feeder import Sweeps
 
 NODES = 300
 RUN_CONFIG = {"seed": 3, "node-names": '{"groups": [["phone", 300]]}'}
@@ -76,14 +76,7 @@ def test_messages_reach_lazily_registered_nodes_once() -> None:
     )
     assert all(ids)  # (a message to a node Flower does not know is refused: no id)
     queue: Queue[Message] = Queue()
-    stop = threading.Event()
-    thread = threading.Thread(
-        target=feeder.add_messages_to_queue, args=(state, queue, mapping, stop)
-    )
-    thread.start()
-    time.sleep(5 * feeder.SWEEP_S)
-    stop.set()
-    thread.join()
+    Sweeps().run(feeder.add_messages_to_queue, state, queue, mapping)  # node 5 twice: 2
     got = sorted(mapping[queue.get().metadata.dst_node_id] for _ in range(queue.qsize()))
     assert got == sorted(targets)
     assert len(state.nodes.made) == 2

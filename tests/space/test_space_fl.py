@@ -26,7 +26,10 @@ from tests.conftest import processes_under
 #: before it unless the ServerApp takes over 20 s to start its first round.
 RISE_WALL_S = 30.0
 K = 5.0  #: time compression: the ~510 s pass lasts ~100 s of wall time
-ROUNDS = 5  #: rounds 1-4 wait out their deadline (32 s > RISE_WALL_S); round 5 starts in view
+#: Rounds 1-4 wait out their deadline (32 s > RISE_WALL_S); round 5 starts near the rise
+#: (its reply may still be late: the pass's first, slow seconds and the replies the link
+#: held); round 6, the last, starts seconds into the pass.
+ROUNDS = 6
 #: Partitioned seconds the link counted vs those between its recorded changes, s.
 PARTITION_TOL_S = 1.0
 
@@ -87,8 +90,9 @@ def test_fl_round_with_a_satellite_out_of_view(tmp_path: Path, equatorial) -> No
         stale = [v for _r, n, _k, v, _t in store.metrics(res.run_id, "staleness") if n == "sat"]
         assert stale and max(stale) >= 1, stale  # (a round open at the rise: late by 0)
     assert all(st[(r, "edge")] == "completed" for r in range(1, ROUNDS + 1))  # rounds went on
-    for r in after:  # in view: it takes part again
-        assert st[(r, "sat")] == "completed", (r, st[(r, "sat")])
+    # in view: it takes part again (a round begun at the rise may still get it late)
+    assert all(st[(r, "sat")] in {"completed", "late"} for r in after), st
+    assert after[-1] == ROUNDS and st[(ROUNDS, "sat")] == "completed", (starts, rise, st)
     part = {n: v for _r, n, _k, v, _t in store.metrics(res.run_id, "link_partitioned_s")}
     assert part["sat"] == pytest.approx(out_of_view_s, abs=PARTITION_TOL_S)
     assert part["edge"] == 0.0
